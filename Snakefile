@@ -1,0 +1,26 @@
+# presdep: presentation dependence in batched LLM scoring, end to end.
+#   snakemake --cores all results/table1.csv          (embedded default, CPU, offline)
+#   snakemake --configfile configs/examples/dl19-identity.yaml --cores 2 results/table1.csv
+#   snakemake -n / --rulegraph                          (inspect the DAG first)
+from snakemake.utils import min_version
+
+min_version("8.20")
+
+
+configfile: "workflow_config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/fixture.smk"
+include: "rules/score.smk"
+include: "rules/metrics.smk"
+include: "rules/tables.smk"
+
+
+rule all:
+    input:
+        "results/table1.csv",
+        "results/table1.md",
+        "results/table1_counts.csv",
+    default_target: True

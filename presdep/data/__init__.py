@@ -1,0 +1,1 @@
+"""Loaders for the real formats users have (TREC, rank_llm JSON, BEIR) and the synthetic generator."""

@@ -1,0 +1,91 @@
+"""Build a dataset's fixture (candidates + qrels Parquet) from the files its config names."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+import polars as pl
+
+from presdep.data.beir import read_beir_qrels
+from presdep.data.errors import InputFormatError
+from presdep.data.rank_llm import read_rank_llm_json
+from presdep.data.trec import read_qrels
+from presdep.schemas import write_table
+
+log = logging.getLogger(__name__)
+
+
+def load_candidates(source: Mapping[str, Any], first_stage: str | Path | None = None) -> pl.DataFrame:
+    """Candidates with text, in the candidates contract, for one ``candidates:`` config entry."""
+    fmt = source.get("format")
+    if fmt == "rank_llm_json":
+        return read_rank_llm_json(source["path"])
+    if fmt in ("trec_run", "bm25"):
+        from presdep.retrieval import first_stage_candidates  # optional: retrieval extra
+        from presdep.data.trec import read_run
+
+        run = read_run(source["run"]) if fmt == "trec_run" else pl.read_parquet(first_stage)
+        return first_stage_candidates(run, source)
+    raise ValueError(f"unknown candidates format {fmt!r}; expected rank_llm_json, trec_run or bm25")
+
+
+def load_qrels(source: Mapping[str, Any]) -> pl.DataFrame:
+    fmt = source.get("format")
+    if fmt == "trec":
+        return read_qrels(source["path"])
+    if fmt == "beir":
+        return read_beir_qrels(source["path"], source.get("split", "test"))
+    raise ValueError(f"unknown qrels format {fmt!r}; expected trec or beir")
+
+
+def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
+    """Order by first-stage rank and refuse what cannot be scored."""
+    empty = cands.filter(pl.col("doc").str.strip_chars() == "")
+    if empty.height:
+        row = empty.row(0, named=True)
+        log.warning("%s: %d candidate(s) have empty text (first: query %s doc %s)", where, empty.height, row["query_id"], row["doc_id"])
+    ranks = cands.group_by("query_id").agg(pl.col("first_stage_rank").n_unique().alias("u"), pl.len().alias("n"))
+    bad = ranks.filter(pl.col("u") != pl.col("n"))
+    if bad.height:
+        raise InputFormatError(where, f"query {bad['query_id'][0]}", "first-stage ranks repeat within the query")
+    return cands.sort(["query_id", "first_stage_rank"])
+
+
+def build_fixture(
+    dataset: str,
+    ds_config: Mapping[str, Any],
+    out_candidates: str | Path,
+    out_qrels: str | Path,
+    params: Mapping[str, Any] | None = None,
+    first_stage: str | Path | None = None,
+) -> None:
+    """Read the dataset's files, check them against each other, write the two contracts."""
+    source = ds_config["candidates"]
+    where = str(source.get("path") or source.get("run") or first_stage or dataset)
+    cands = check_candidates(load_candidates(source, first_stage), where)
+    limit = ds_config.get("max_queries")
+    if limit:
+        keep = cands["query_id"].unique(maintain_order=True).head(int(limit))
+        cands = cands.filter(pl.col("query_id").is_in(keep.implode()))
+    qrels = load_qrels(ds_config["qrels"])
+    qrels_path = ds_config["qrels"].get("path")
+    known = set(cands["query_id"].unique().to_list())
+    unknown = qrels.filter(~pl.col("query_id").is_in(list(known)))
+    if unknown.height:
+        # trec_eval's convention: judgements for queries without a run are ignored. Logged.
+        log.warning(
+            "%s: %d judgement(s) for %d query id(s) without candidates are ignored (e.g. %s)",
+            qrels_path, unknown.height, unknown["query_id"].n_unique(), unknown["query_id"][0],
+        )
+        qrels = qrels.filter(pl.col("query_id").is_in(list(known)))
+    judged = set(qrels["query_id"].unique().to_list())
+    unjudged = sorted(known - judged)
+    if unjudged:
+        log.warning("%s: %d query id(s) have no judgements and get no quality metrics (e.g. %s)", qrels_path, len(unjudged), unjudged[0])
+    if qrels.height == 0:
+        raise InputFormatError(qrels_path, "whole file", f"no judgement matches a query of dataset {dataset!r}")
+    meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged)}
+    write_table(cands, out_candidates, "candidates", params, **meta)
+    write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)

@@ -1,0 +1,65 @@
+# Config validation, path helpers, the matrix, and wildcard constraints built from it.
+import re
+
+from snakemake.utils import validate
+
+import presdep
+from presdep.config import (
+    apply_replacing_sections,
+    protocol_for,
+    rule_params,
+    runnable_variants,
+    variant_config,
+)
+
+# A --configfile's datasets/variants/synthetic replace the embedded default's.
+_resolved = apply_replacing_sections(config, workflow.overwrite_configfiles or [])
+config.clear()
+config.update(_resolved)
+validate(config, "schemas/config.schema.yaml")
+
+DATASETS = list(config["datasets"])
+VARIANTS = runnable_variants(config)
+SYNTHETIC = list(config.get("synthetic") or {})
+PRESDEP_VERSION = presdep.__version__
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in names) or "(?!x)x"
+
+
+wildcard_constraints:
+    dataset=_alternatives(DATASETS),
+    variant=_alternatives(VARIANTS),
+    collection=_alternatives(SYNTHETIC),
+    split="train|heldout|test",
+
+
+def dataset_config(wildcards):
+    return config["datasets"][wildcards.dataset]
+
+
+def candidate_source_files(wildcards):
+    """The input files a dataset's candidates come from (so Snakemake tracks them)."""
+    src = config["datasets"][wildcards.dataset]["candidates"]
+    fmt = src["format"]
+    if fmt == "rank_llm_json":
+        return {"candidates_src": src["path"]}
+    if fmt == "trec_run":
+        return {"run": src["run"]}
+    if fmt == "bm25":
+        return {"first_stage": f"results/{wildcards.dataset}/first_stage.parquet"}
+    raise ValueError(f"dataset {wildcards.dataset}: unknown candidates format {fmt!r}")
+
+
+def qrels_source_file(wildcards):
+    src = config["datasets"][wildcards.dataset]["qrels"]
+    if src["format"] == "beir":
+        from presdep.data.beir import beir_qrels_path
+
+        return str(beir_qrels_path(src["path"], src.get("split", "test")))
+    return src["path"]
+
+
+def metrics_files():
+    return expand("results/metrics/{variant}/{dataset}.parquet", variant=VARIANTS, dataset=DATASETS)

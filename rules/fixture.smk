@@ -1,0 +1,20 @@
+# Fixture: the candidates and qrels contracts of one dataset.
+
+
+rule build_fixture:
+    input:
+        unpack(candidate_source_files),
+        qrels_src=qrels_source_file,
+    output:
+        candidates="results/{dataset}/candidates.parquet",
+        qrels="results/{dataset}/qrels.parquet",
+    params:
+        dataset_config=lambda wc: config["datasets"][wc.dataset],
+        meta=lambda wc: rule_params(config["datasets"][wc.dataset]),
+    log:
+        "logs/build_fixture/{dataset}.log",
+    resources:
+        mem_mb=2000,
+        runtime=20,
+    script:
+        "../scripts/build_fixture.py"

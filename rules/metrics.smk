@@ -1,0 +1,20 @@
+# Metrics: per-query values and aggregates of one (variant, dataset), in the metrics contract.
+
+
+rule metrics:
+    input:
+        scores="results/scores/{variant}/{dataset}.parquet",
+        qrels="results/{dataset}/qrels.parquet",
+    output:
+        metrics="results/metrics/{variant}/{dataset}.parquet",
+    params:
+        task=lambda wc: config["datasets"][wc.dataset]["task"],
+        seed=lambda wc: config["variants"][wc.variant].get("seed"),
+        version=PRESDEP_VERSION,
+    log:
+        "logs/metrics/{variant}/{dataset}.log",
+    resources:
+        mem_mb=2000,
+        runtime=20,
+    script:
+        "../scripts/metrics.py"

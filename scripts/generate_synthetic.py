@@ -1,0 +1,6 @@
+"""Snakemake adapter: generate one synthetic collection."""
+from presdep.data.synthetic import SyntheticSpec, generate
+from presdep.logs import log_to_file
+
+log_to_file(snakemake.log[0])
+generate(SyntheticSpec(**snakemake.params.spec["p0"]), snakemake.params.out_dir)

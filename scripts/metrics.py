@@ -1,0 +1,14 @@
+"""Snakemake adapter: metrics of one (variant, dataset)."""
+from presdep.logs import log_to_file
+from presdep.metrics.compute import metrics_from_files
+
+log_to_file(snakemake.log[0])
+metrics_from_files(
+    scores_path=snakemake.input.scores,
+    qrels_path=snakemake.input.qrels,
+    out_path=snakemake.output.metrics,
+    dataset=snakemake.wildcards.dataset,
+    task=snakemake.params.task,
+    variant=snakemake.wildcards.variant,
+    seed=snakemake.params.seed,
+)
