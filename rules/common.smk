@@ -63,3 +63,22 @@ def qrels_source_file(wildcards):
 
 def metrics_files():
     return expand("results/metrics/{variant}/{dataset}.parquet", variant=VARIANTS, dataset=DATASETS)
+
+
+def score_inputs(wildcards):
+    inputs = {
+        "candidates": f"results/{wildcards.dataset}/candidates.parquet",
+        "qrels": f"results/{wildcards.dataset}/qrels.parquet",
+    }
+    v = config["variants"][wildcards.variant]
+    model = v.get("model")
+    if model and config["models"][model]["source"] == "gguf_package":
+        inputs["model_dir"] = f"resources/models/{model}"
+    if v.get("calibration") == "capcal":
+        B = protocol_for(config, wildcards.dataset)["B"]
+        inputs["capcal_prior"] = f"results/capcal/{model}/B{B}.parquet"
+    return inputs
+
+
+def _score_threads(wildcards):
+    return 1 if config["variants"][wildcards.variant]["scorer"] == "identity" else workflow.cores

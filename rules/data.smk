@@ -11,6 +11,8 @@ rule generate_synthetic:
     params:
         spec=lambda wc: rule_params(config["synthetic"][wc.collection]),
         out_dir=lambda wc: f"resources/datasets/{wc.collection}",
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/generate_synthetic/{collection}.log",
     script:

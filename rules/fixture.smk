@@ -11,6 +11,8 @@ rule build_fixture:
     params:
         dataset_config=lambda wc: config["datasets"][wc.dataset],
         meta=lambda wc: rule_params(config["datasets"][wc.dataset]),
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/build_fixture/{dataset}.log",
     resources:

@@ -11,6 +11,8 @@ rule metrics:
         task=lambda wc: config["datasets"][wc.dataset]["task"],
         seed=lambda wc: config["variants"][wc.variant].get("seed"),
         version=PRESDEP_VERSION,
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/metrics/{variant}/{dataset}.log",
     resources:

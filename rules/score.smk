@@ -1,25 +1,6 @@
 # Scoring: ALL presentations of a (variant, dataset) in one job, one Parquet file.
 
 
-def score_inputs(wildcards):
-    inputs = {
-        "candidates": f"results/{wildcards.dataset}/candidates.parquet",
-        "qrels": f"results/{wildcards.dataset}/qrels.parquet",
-    }
-    v = config["variants"][wildcards.variant]
-    model = v.get("model")
-    if model and config["models"][model]["source"] == "gguf_package":
-        inputs["model_dir"] = f"resources/models/{model}"
-    if v.get("calibration") == "capcal":
-        B = protocol_for(config, wildcards.dataset)["B"]
-        inputs["capcal_prior"] = f"results/capcal/{model}/B{B}.parquet"
-    return inputs
-
-
-def _score_threads(wildcards):
-    return 1 if config["variants"][wildcards.variant]["scorer"] == "identity" else workflow.cores
-
-
 rule score:
     input:
         unpack(score_inputs),
@@ -29,6 +10,8 @@ rule score:
         variant=lambda wc: variant_config(config, wc.variant),
         protocol=lambda wc: protocol_for(config, wc.dataset),
         version=PRESDEP_VERSION,
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/score/{variant}/{dataset}.log",
     benchmark:

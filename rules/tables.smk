@@ -15,6 +15,8 @@ rule table1:
     params:
         variants=config["variants"],
         version=PRESDEP_VERSION,
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/table1.log",
     script:

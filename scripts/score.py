@@ -1,6 +1,6 @@
 """Snakemake adapter: score every presentation of one (variant, dataset)."""
 from presdep.logs import log_to_file
-from presdep.scoring.run import score_dataset_files
+from presdep.scoring.job import score_dataset_files
 
 log_to_file(snakemake.log[0])
 score_dataset_files(

@@ -1,0 +1,45 @@
+"""The `score` job: read a dataset's fixture, score all presentations, write one file."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Mapping
+
+from presdep.schemas import read_table
+
+
+def score_dataset_files(
+    *,
+    candidates_path: str | os.PathLike,
+    qrels_path: str | os.PathLike | None,
+    out_path: str | os.PathLike,
+    dataset: str,
+    variant: Mapping[str, Any],
+    protocol: Mapping[str, Any],
+    model_dir: str | os.PathLike | None = None,
+    capcal_prior_path: str | os.PathLike | None = None,
+    threads: int | None = None,
+) -> None:
+    from presdep.scoring.run import score_dataset
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    variant = copy.deepcopy(dict(variant))
+    if model_dir:
+        # A fetched model is a local directory from here on; keep the original spec for provenance.
+        variant["model_source"] = variant.get("model")
+        variant["model"] = {"source": "local", "path": str(model_dir)}
+    candidates = read_table(candidates_path, "candidates")
+    qrels = read_table(qrels_path, "qrels") if qrels_path else None
+    score_dataset(
+        candidates,
+        dataset=dataset,
+        variant=variant,
+        protocol=protocol,
+        out_path=out_path,
+        qrels=qrels,
+        capcal_prior_path=capcal_prior_path,
+    )

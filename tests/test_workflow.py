@@ -1,0 +1,64 @@
+"""The real workflow: lint, dry runs, and a real run on DL19 with the identity scorer."""
+
+import polars as pl
+import pytest
+
+from presdep.schemas import read_table
+from workflow_utils import planned_jobs, scratch_workflow, snakemake
+
+DL19 = "configs/examples/dl19-identity.yaml"
+
+
+def test_lint_is_clean(tmp_path):
+    work = scratch_workflow(tmp_path)
+    out = snakemake(work, "--lint")
+    assert "Congratulations, your workflow is in a good condition!" in out.stdout + out.stderr
+
+
+def test_dry_run_of_the_default_lists_the_dag(tmp_path):
+    work = scratch_workflow(tmp_path)
+    out = snakemake(work, "-n", "--cores", "1", "results/table1.csv")
+    jobs = planned_jobs(out.stdout + out.stderr)
+    assert jobs["table1"] == 1 and jobs["generate_synthetic"] == 1
+    assert jobs["score"] == jobs["metrics"] >= 1
+    assert not (work / "results").exists(), "a dry run computes nothing"
+
+
+def test_bad_config_is_refused_with_the_key(tmp_path):
+    work = scratch_workflow(tmp_path)
+    (work / "bad.yaml").write_text("datasets:\n  x: {task: ranking, candidates: {format: rank_llm_json}, qrels: {format: trec, path: q}}\n")
+    out = snakemake(work, "-n", "--configfile", "bad.yaml", check=False)
+    assert out.returncode != 0
+    assert "ranking" in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_dl19_identity_end_to_end(tmp_path, shared_data):
+    work = scratch_workflow(tmp_path, shared_data)
+    snakemake(work, "--cores", "2", "--configfile", DL19, "results/table1.csv")
+
+    table = pl.read_csv(work / "results/table1.csv")
+    assert table["variant"].to_list() == ["bm25"], "the example's variants replace the default's"
+    row = table.row(0, named=True)
+    assert round(row["rerank_ndcg10"], 4) == 0.5058  # pyserini's published BM25 figure
+    assert row["rerank_tau_psi"] == 0.0 and row["rerank_jaccard"] == 1.0
+    assert row["qa_ndcg10"] is None and row["resp_ndcg1"] is None
+
+    metrics = read_table(work / "results/metrics/bm25/dl19.parquet", "metrics")
+    assert metrics["dataset"].unique().to_list() == ["dl19"]
+    agg = metrics.filter(
+        pl.col("query_id").is_null() & (pl.col("metric") == "ndcg@10") & (pl.col("perturbation") == "random_shuffle")
+    )
+    assert round(agg["value"][0], 4) == 0.5058
+    per_query = metrics.filter(pl.col("query_id").is_not_null() & (pl.col("metric") == "ndcg@10") & (pl.col("perturbation") == "random_shuffle"))
+    assert per_query.height == 43
+    assert not list((work / "results").glob("synthetic*")), "only DL19 is computed"
+
+    # Re-running after success does nothing.
+    again = snakemake(work, "-n", "--cores", "2", "--configfile", DL19, "results/table1.csv")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    # Deleting one metrics file re-runs only what depends on it.
+    (work / "results/metrics/bm25/dl19.parquet").unlink()
+    dry = snakemake(work, "-n", "--cores", "2", "--configfile", DL19, "results/table1.csv")
+    assert planned_jobs(dry.stdout + dry.stderr) == {"metrics": 1, "table1": 1}

@@ -1,0 +1,56 @@
+"""Run the real workflow in a scratch copy of the repository (so results/ stays clean)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "workflow_config.yaml", "configs", "profiles", "envs")
+
+
+def scratch_workflow(tmp_path: Path, shared_data: Path | None = None) -> Path:
+    """A copy of the workflow files; ``../shared/data`` inside it points at the real data."""
+    work = tmp_path / "repo"
+    work.mkdir()
+    for part in WORKFLOW_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, work / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, work / part)
+    if shared_data is not None:
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(shared_data)
+    return work
+
+
+def snakemake(work: Path, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("snakemake")
+    env = dict(os.environ)
+    env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(
+        [str(exe), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned_jobs(dry_run_output: str) -> dict[str, int]:
+    """Parse the 'Job stats' table of a dry run into {rule: count}."""
+    jobs: dict[str, int] = {}
+    lines = dry_run_output.splitlines()
+    try:
+        start = next(i for i, l in enumerate(lines) if l.startswith("Job stats")) + 3
+    except StopIteration:
+        return jobs
+    for line in lines[start:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
