@@ -16,6 +16,7 @@ include: "rules/fixture.smk"
 include: "rules/score.smk"
 include: "rules/metrics.smk"
 include: "rules/tables.smk"
+include: "rules/stability.smk"
 
 
 rule all:
@@ -23,4 +24,5 @@ rule all:
         "results/table1.csv",
         "results/table1.md",
         "results/table1_counts.csv",
+        "results/stability/table1.json",
     default_target: True

@@ -10,30 +10,7 @@ import polars as pl
 
 from presdep.schemas import read_table, write_text_atomic
 
-# column -> (task, metric, perturbation, direction). Table 1 reports random shuffles.
-TABLE1_COLUMNS: dict[str, tuple[str, str, str, str]] = {
-    "rerank_ndcg10": ("rerank", "ndcg@10", "random_shuffle", "higher"),
-    "rerank_tau_psi": ("rerank", "tau_psi", "random_shuffle", "lower"),
-    "rerank_jaccard": ("rerank", "jaccard", "random_shuffle", "higher"),
-    "qa_ndcg10": ("qa", "ndcg@10", "random_shuffle", "higher"),
-    "qa_tau_psi": ("qa", "tau_psi", "random_shuffle", "lower"),
-    "qa_answer_flip": ("qa", "answer_flip", "random_shuffle", "lower"),
-    "resp_ndcg1": ("response", "ndcg@1", "random_shuffle", "higher"),
-    "resp_tau_psi": ("response", "tau_psi", "random_shuffle", "lower"),
-    "resp_pair_flip": ("response", "pair_flip", "random_shuffle", "lower"),
-}
-
-COLUMN_TITLES = {
-    "rerank_ndcg10": "nDCG@10",
-    "rerank_tau_psi": "tau-PSI",
-    "rerank_jaccard": "Jacc.",
-    "qa_ndcg10": "QA nDCG",
-    "qa_tau_psi": "QA tau-PSI",
-    "qa_answer_flip": "ans. flip",
-    "resp_ndcg1": "Resp nDCG@1",
-    "resp_tau_psi": "Resp tau-PSI",
-    "resp_pair_flip": "pair flip",
-}
+from presdep.columns import COLUMN_TITLES, TABLE1_COLUMNS
 
 
 def load_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
