@@ -12,6 +12,7 @@ configfile: "workflow_config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/retrieval.smk"
 include: "rules/fixture.smk"
 include: "rules/score.smk"
 include: "rules/metrics.smk"
@@ -25,4 +26,5 @@ rule all:
         "results/table1.md",
         "results/table1_counts.csv",
         "results/stability/table1.json",
+        metrics_files(),
     default_target: True

@@ -23,10 +23,10 @@ def load_candidates(source: Mapping[str, Any], first_stage: str | Path | None = 
     if fmt == "rank_llm_json":
         return read_rank_llm_json(source["path"])
     if fmt in ("trec_run", "bm25"):
-        from presdep.retrieval import first_stage_candidates  # optional: retrieval extra
         from presdep.data.trec import read_run
+        from presdep.retrieval import first_stage_candidates, read_first_stage
 
-        run = read_run(source["run"]) if fmt == "trec_run" else pl.read_parquet(first_stage)
+        run = read_run(source["run"]) if fmt == "trec_run" else read_first_stage(first_stage)
         return first_stage_candidates(run, source)
     raise ValueError(f"unknown candidates format {fmt!r}; expected rank_llm_json, trec_run or bm25")
 
@@ -37,7 +37,11 @@ def load_qrels(source: Mapping[str, Any]) -> pl.DataFrame:
         return read_qrels(source["path"])
     if fmt == "beir":
         return read_beir_qrels(source["path"], source.get("split", "test"))
-    raise ValueError(f"unknown qrels format {fmt!r}; expected trec or beir")
+    if fmt == "irds":
+        from presdep.data.irds import load_qrels
+
+        return load_qrels(source["id"])
+    raise ValueError(f"unknown qrels format {fmt!r}; expected trec, beir or irds")
 
 
 def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
@@ -70,7 +74,7 @@ def build_fixture(
         keep = cands["query_id"].unique(maintain_order=True).head(int(limit))
         cands = cands.filter(pl.col("query_id").is_in(keep.implode()))
     qrels = load_qrels(ds_config["qrels"])
-    qrels_path = ds_config["qrels"].get("path")
+    qrels_path = ds_config["qrels"].get("path") or ds_config["qrels"].get("id")
     known = set(cands["query_id"].unique().to_list())
     unknown = qrels.filter(~pl.col("query_id").is_in(list(known)))
     if unknown.height:

@@ -46,6 +46,9 @@ SCHEMAS: dict[str, pa.Schema] = {
     "qrels": pa.schema(
         [_field("query_id", _STR), _field("doc_id", _STR), _field("relevance", _I32)]
     ),
+    "first_stage": pa.schema(
+        [_field("query_id", _STR), _field("doc_id", _STR), _field("rank", _I32), _field("score", _F64)]
+    ),
     "answers_gold": pa.schema(
         [_field("query_id", _STR), _field("answer", _STR)]
     ),
@@ -101,6 +104,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 KEYS: dict[str, tuple[str, ...]] = {
     "candidates": ("query_id", "doc_id"),
     "qrels": ("query_id", "doc_id"),
+    "first_stage": ("query_id", "doc_id"),
     "scores": ("query_id", "doc_id", "perturbation", "presentation"),
     "silver": ("query_id", "doc_id", "teacher", "presentation"),
     "answers": ("query_id", "perturbation", "presentation"),

@@ -1,4 +1,5 @@
 # Config validation, path helpers, the matrix, and wildcard constraints built from it.
+import os
 import re
 
 from snakemake.utils import validate
@@ -11,6 +12,9 @@ from presdep.config import (
     runnable_variants,
     variant_config,
 )
+
+# Jobs in per-rule conda envs import presdep from this checkout (the envs carry its dependencies).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p)
 
 # A --configfile's datasets/variants/synthetic replace the embedded default's.
 _resolved = apply_replacing_sections(config, workflow.overwrite_configfiles or [])
@@ -52,6 +56,12 @@ def candidate_source_files(wildcards):
     raise ValueError(f"dataset {wildcards.dataset}: unknown candidates format {fmt!r}")
 
 
+def qrels_input(wildcards):
+    """The qrels file to track ({} for ir_datasets ids, which live in ir_datasets' cache)."""
+    src = config["datasets"][wildcards.dataset]["qrels"]
+    return {} if src["format"] == "irds" else {"qrels_src": qrels_source_file(wildcards)}
+
+
 def qrels_source_file(wildcards):
     src = config["datasets"][wildcards.dataset]["qrels"]
     if src["format"] == "beir":
@@ -82,3 +92,42 @@ def score_inputs(wildcards):
 
 def _score_threads(wildcards):
     return 1 if config["variants"][wildcards.variant]["scorer"] == "identity" else workflow.cores
+
+
+# --- BM25 first stage (rules/retrieval.smk) ---
+_BM25_DATASETS = {
+    name: spec["candidates"]
+    for name, spec in config.get("datasets", {}).items()
+    if (spec.get("candidates") or {}).get("format") == "bm25"
+}
+
+
+def _index_name(dataset):
+    return str(_BM25_DATASETS[dataset].get("index", dataset))
+
+
+_BM25_INDEXES = {}  # index name -> corpus source
+for _ds in _BM25_DATASETS:
+    _corpus = _BM25_DATASETS[_ds].get("corpus")
+    if not _corpus:
+        raise ValueError(f"datasets.{_ds}.candidates (format bm25) needs a corpus source")
+    _name = _index_name(_ds)
+    if _BM25_INDEXES.setdefault(_name, _corpus) != _corpus:
+        raise ValueError(f"datasets sharing index {_name!r} name different corpora: {_BM25_INDEXES[_name]} vs {_corpus}")
+
+
+def _alternatives_or_nothing(names):
+    return "|".join(re.escape(n) for n in names) or "(?!x)x"
+
+
+def _bm25_source_input(src):
+    """The local file or folder behind a corpus/topics source (none for ir_datasets ids)."""
+    return [] if src["format"] == "irds" else [src["path"]]
+
+
+def _bm25_params(wildcards):
+    cand = _BM25_DATASETS[wildcards.dataset]
+    missing = [key for key in ("k", "k1", "b", "topics") if key not in cand]
+    if missing:
+        raise ValueError(f"datasets.{wildcards.dataset}.candidates lacks {missing} (needed for bm25)")
+    return {"k": int(cand["k"]), "k1": float(cand["k1"]), "b": float(cand["b"])}

@@ -4,7 +4,7 @@
 rule build_fixture:
     input:
         unpack(candidate_source_files),
-        qrels_src=qrels_source_file,
+        unpack(qrels_input),
     output:
         candidates="results/{dataset}/candidates.parquet",
         qrels="results/{dataset}/qrels.parquet",

@@ -1,56 +1,24 @@
 # First stage: BM25 over a Lucene index (pyserini/Anserini, Java >= 21).
-# Applies to datasets whose config has `candidates: {format: bm25, corpus: ..., topics: ..., k, k1, b}`;
-# corpus/topics sources are {format: beir|jsonl|tsv|trec, path: ...} or {format: irds, id: ...}.
-
-import re as _re
-
-import presdep as _presdep
-
-_BM25_DATASETS = [
-    name
-    for name, spec in config.get("datasets", {}).items()
-    if (spec.get("candidates") or {}).get("format") == "bm25"
-]
-# Only bm25 datasets resolve to these rules; an empty list matches nothing.
-_BM25_WILDCARD = "|".join(_re.escape(n) for n in _BM25_DATASETS) or "(?!)"
-
-
-def _bm25_candidates(wildcards):
-    return config["datasets"][wildcards.dataset]["candidates"]
-
-
-def _bm25_source_input(kind):
-    """The local file or folder behind a corpus/topics source (none for ir_datasets ids)."""
-
-    def _input(wildcards):
-        src = _bm25_candidates(wildcards)[kind]
-        return [] if src["format"] == "irds" else [src["path"]]
-
-    return _input
-
-
-def _bm25_params(wildcards):
-    cand = _bm25_candidates(wildcards)
-    missing = [key for key in ("k", "k1", "b") if key not in cand]
-    if missing:
-        raise ValueError(f"datasets.{wildcards.dataset}.candidates lacks {missing} (needed for bm25)")
-    return {"k": int(cand["k"]), "k1": float(cand["k1"]), "b": float(cand["b"])}
-
+# Applies to datasets whose config has
+#   candidates: {format: bm25, corpus: SOURCE, topics: SOURCE, k, k1, b, index: NAME (optional)}
+# with SOURCE = {format: beir|jsonl|tsv|trec, path: ...} or {format: irds, id: ...}.
+# Datasets naming the same `index` share one index (e.g. TREC DL19 and DL20 over MS MARCO);
+# without it the index is named after the dataset.
 
 rule build_index:
     input:
-        corpus=_bm25_source_input("corpus"),
+        corpus=lambda w: _bm25_source_input(_BM25_INDEXES[w.index]),
     output:
-        index=directory("resources/indexes/{dataset}"),
+        index=directory("resources/indexes/{index}"),
     wildcard_constraints:
-        dataset=_BM25_WILDCARD,
+        index=_alternatives_or_nothing(_BM25_INDEXES),
     params:
-        presdep=_presdep.__version__,
-        corpus=lambda w: _bm25_candidates(w)["corpus"],
+        presdep=PRESDEP_VERSION,
+        corpus=lambda w: _BM25_INDEXES[w.index],
     log:
-        "logs/build_index/{dataset}.log",
+        "logs/build_index/{index}.log",
     benchmark:
-        "benchmarks/out/build_index/{dataset}.tsv"
+        "benchmarks/out/build_index/{index}.tsv"
     threads: 4
     resources:
         # SciFact: ~15 s, < 2 GB; MS MARCO passage (8.8M): ~15 min on 8 threads, ~8 GB.
@@ -64,18 +32,18 @@ rule build_index:
 
 rule retrieve:
     input:
-        index="resources/indexes/{dataset}",
-        topics=_bm25_source_input("topics"),
+        index=lambda w: f"resources/indexes/{_index_name(w.dataset)}",
+        topics=lambda w: _bm25_source_input(_BM25_DATASETS[w.dataset]["topics"]),
     output:
         first_stage="results/{dataset}/first_stage.parquet",
         trec="results/{dataset}/first_stage.trec",
         meta="results/{dataset}/dataset_meta.yaml",
     wildcard_constraints:
-        dataset=_BM25_WILDCARD,
+        dataset=_alternatives_or_nothing(_BM25_DATASETS),
     params:
-        presdep=_presdep.__version__,
-        corpus=lambda w: _bm25_candidates(w)["corpus"],
-        topics=lambda w: _bm25_candidates(w)["topics"],
+        presdep=PRESDEP_VERSION,
+        corpus=lambda w: _BM25_DATASETS[w.dataset]["corpus"],
+        topics=lambda w: _BM25_DATASETS[w.dataset]["topics"],
         bm25=_bm25_params,
     log:
         "logs/retrieve/{dataset}.log",

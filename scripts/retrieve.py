@@ -1,23 +1,20 @@
 """Snakemake adapter: rule retrieve -> presdep.retrieval.run_first_stage."""
 
-import logging
 import os
 import sys
 
-log_file = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 - injected by Snakemake
-# fd-level redirect: the JVM writes to file descriptors 1/2 directly, not via sys.stderr.
-os.dup2(log_file.fileno(), 2)
-os.dup2(log_file.fileno(), 1)
-sys.stderr = sys.stdout = log_file
-logging.basicConfig(level=logging.INFO, stream=log_file, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+from presdep.data.corpus import source_location
+from presdep.logs import log_to_file
+from presdep.retrieval import run_first_stage
 
-from presdep.retrieval import run_first_stage  # noqa: E402
+log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
+os.dup2(sys.stderr.fileno(), 2)  # the in-process JVM writes to file descriptor 2 directly
 
 p = snakemake.params  # noqa: F821
 topics = p.topics
 run_first_stage(
     index_dir=snakemake.input.index,  # noqa: F821
-    topics_path=topics.get("id") or topics["path"],
+    topics_path=source_location(topics),
     topics_format=topics["format"],
     out_parquet=snakemake.output.first_stage,  # noqa: F821
     out_trec=snakemake.output.trec,  # noqa: F821
