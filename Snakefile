@@ -26,5 +26,6 @@ rule all:
         "results/table1.md",
         "results/table1_counts.csv",
         "results/stability/table1.json",
+        "results/figure1.svg",
         metrics_files(),
     default_target: True

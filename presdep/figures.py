@@ -264,3 +264,36 @@ def figure1(
             fig.savefig(buf, format=fmt, **extra)
             write_bytes_atomic(Path(path), buf.getvalue())
     return ex
+
+
+def figure1_from_files(
+    metrics_paths: list[str | Path],
+    scores_path: str | Path,
+    qrels_path: str | Path,
+    out_svg: str | Path,
+    out_png: str | Path,
+    *,
+    variant: str,
+    dataset: str,
+) -> ExamplePair:
+    """The workflow's entry point: the example comes from one (variant, dataset) scores file,
+    drawn at the retention threshold its metrics froze on the canonical presentation."""
+    from presdep.schemas import read_table
+
+    metrics = pl.concat([read_table(p, "metrics") for p in metrics_paths], how="vertical")
+    rows = metrics.filter(
+        (pl.col("variant") == variant) & (pl.col("dataset") == dataset)
+        & (pl.col("metric") == "threshold") & pl.col("query_id").is_null() & pl.col("value").is_not_null()
+    )
+    if rows.height == 0:
+        raise ValueError(f"no frozen threshold for variant {variant!r} on dataset {dataset!r} in the metrics files")
+    task = metrics.filter((pl.col("dataset") == dataset))["task"][0]
+    return figure1(
+        metrics,
+        read_table(scores_path, "scores"),
+        read_table(qrels_path, "qrels"),
+        float(rows["value"][0]),
+        Path(out_svg),
+        Path(out_png),
+        task="rerank" if task == "rerank" else task,
+    )

@@ -71,6 +71,22 @@ def qrels_source_file(wildcards):
     return src["path"]
 
 
+def _figure1_choice():
+    """Figure 1's example: config `figure1: {variant, dataset}`, else the first model variant
+    (the identity scorer never disagrees with itself) on the first reranking dataset."""
+    chosen = dict(config.get("figure1") or {})
+    if "dataset" not in chosen:
+        rerank = [d for d in DATASETS if config["datasets"][d]["task"] == "rerank"]
+        chosen["dataset"] = (rerank or DATASETS)[0]
+    if "variant" not in chosen:
+        models = [v for v in VARIANTS if config["variants"][v]["scorer"] != "identity"]
+        chosen["variant"] = (models or VARIANTS)[0]
+    return chosen
+
+
+FIGURE1 = _figure1_choice()
+
+
 def metrics_files():
     return expand("results/metrics/{variant}/{dataset}.parquet", variant=VARIANTS, dataset=DATASETS)
 

@@ -3,6 +3,7 @@
 
 localrules:
     table1,
+    figure1,
 
 
 rule table1:
@@ -21,3 +22,23 @@ rule table1:
         "logs/table1.log",
     script:
         "../scripts/table1.py"
+
+
+rule figure1:
+    input:
+        metrics=metrics_files(),
+        scores=f"results/scores/{FIGURE1['variant']}/{FIGURE1['dataset']}.parquet",
+        qrels=f"results/{FIGURE1['dataset']}/qrels.parquet",
+    output:
+        svg=report("results/figure1.svg", caption="report/figure1.rst", category="Figure 1"),
+        png="results/figure1.png",
+    params:
+        variant=FIGURE1["variant"],
+        dataset=FIGURE1["dataset"],
+        version=PRESDEP_VERSION,
+    log:
+        "logs/figure1.log",
+    conda:
+        "../envs/cpu.yaml"
+    script:
+        "../scripts/figure1.py"

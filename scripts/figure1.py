@@ -1,0 +1,14 @@
+"""Snakemake adapter: Figure 1 (one query in two presentations; variants by nDCG@10 and Jaccard)."""
+from presdep.figures import figure1_from_files
+from presdep.logs import log_to_file
+
+log_to_file(snakemake.log[0])
+figure1_from_files(
+    list(snakemake.input.metrics),
+    snakemake.input.scores,
+    snakemake.input.qrels,
+    snakemake.output.svg,
+    snakemake.output.png,
+    variant=snakemake.params.variant,
+    dataset=snakemake.params.dataset,
+)
