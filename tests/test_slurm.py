@@ -1,0 +1,178 @@
+"""The cluster path for real: a tiny configuration of the workflow through a local Slurm.
+
+The session fixture installs (if missing) and starts a single-node Slurm with
+cluster/start-local-slurm.sh and stops exactly the daemons it started. The run
+uses the real cluster profile with the test overrides layered on top
+(``--profile profiles/slurm --profile profiles/slurm-test``), so every non-local
+rule goes through sbatch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+START = REPO / "cluster" / "start-local-slurm.sh"
+STOP = REPO / "cluster" / "stop-local-slurm.sh"
+STATE_DIR = Path(os.environ.get("LOCAL_SLURM_STATE_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "local-slurm"))
+PROFILE = ("--profile", "profiles/slurm", "--profile", "profiles/slurm-test")
+CONFIG = ("--configfile", "configs/examples/slurm-tiny.yaml")
+TARGET = ("--", "results/table1.csv")
+DATASETS = ("tiny_test", "tiny_heldout")
+RUN_TIMEOUT = 240
+
+
+def _recorded() -> set[str]:
+    started = STATE_DIR / "started"
+    return {line.split()[0] for line in started.read_text().splitlines() if line.strip()} if started.exists() else set()
+
+
+@pytest.fixture(scope="session")
+def local_slurm():
+    """A running single-node Slurm; yields its JobCompLoc (one line per finished job)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (it installs packages and writes /etc/slurm)")
+    if not Path("/etc/debian_version").exists() or shutil.which("apt-get") is None:
+        pytest.skip("the local Slurm cluster is installed with apt on Debian/Ubuntu")
+    before = _recorded()
+    env = {**os.environ, "LOCAL_SLURM_STATE_DIR": str(STATE_DIR)}
+    proc = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=600)
+    ours = sorted(_recorded() - before)  # only what this session started is stopped
+    try:
+        if proc.returncode == 2:
+            pytest.skip(f"cannot start a local Slurm here: {proc.stderr.strip().splitlines()[-1]}")
+        assert proc.returncode == 0, f"start-local-slurm.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        conf = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+        jobcomp = re.search(r"^JobCompLoc\s*=\s*(\S+)", conf, re.M)
+        status = re.search(r"^AccountingStorageType\s*=\s*(\S+)", conf, re.M)
+        assert jobcomp and status and status.group(1) == "accounting_storage/none", (
+            "expected the cluster of cluster/start-local-slurm.sh (no accounting, jobcomp/filetxt); "
+            f"another Slurm is configured here:\n{conf[:2000]}"
+        )
+        yield Path(jobcomp.group(1))
+    finally:
+        if ours:
+            subprocess.run(["bash", str(STOP), *ours], env=env, timeout=120, check=False)
+
+
+def _slurm_job_ids(work: Path) -> dict[str, str]:
+    """{slurm job id: rule or group folder} from the plugin's per-job logs."""
+    logs = work / ".snakemake" / "slurm_logs"
+    return {p.stem: p.relative_to(logs).parts[0] for p in logs.rglob("*.log") if p.stem.isdigit()}
+
+
+def _jobcomp_states(jobcomp: Path) -> dict[str, str]:
+    states = {}
+    for line in jobcomp.read_text().splitlines():
+        m = re.search(r"\bJobId=(\d+)\b.*\bJobState=(\S+)", line)
+        if m:
+            states[m.group(1)] = m.group(2)
+    return states
+
+
+def _running_score_job(deadline: float) -> tuple[str, str]:
+    """Wait for a RUNNING score job; return (slurm job id, dataset)."""
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            job_id, _, comment = line.partition("|")
+            for ds in DATASETS:
+                if comment.startswith("rule_score_") and comment.endswith(ds):
+                    return job_id.strip(), ds
+        time.sleep(0.2)
+    raise AssertionError("no score job reached RUNNING in Slurm")
+
+
+def _wait_gone(job_id: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i"], capture_output=True, text=True).stdout
+        if not out.strip():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Slurm job {job_id} did not end after scancel")
+
+
+def test_tiny_workflow_runs_through_slurm_and_resumes_after_scancel(local_slurm, tmp_path):
+    jobcomp = local_slurm
+    work = scratch_workflow(tmp_path)
+    exe = Path(sys.executable).with_name("snakemake")
+    env = {**os.environ, "PATH": f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    started = time.monotonic()
+
+    # 1. Start the real run; cancel one score job while it runs; the run must fail.
+    log1 = open(tmp_path / "run1.log", "w")
+    run1 = subprocess.Popen(
+        ["timeout", str(RUN_TIMEOUT), str(exe), *PROFILE, *CONFIG, *TARGET],
+        cwd=work, env=env, stdout=log1, stderr=subprocess.STDOUT,
+    )
+    try:
+        cancelled, cancelled_ds = _running_score_job(time.monotonic() + RUN_TIMEOUT)
+        subprocess.run(["scancel", cancelled], check=True)
+        _wait_gone(cancelled, time.monotonic() + 60)
+        rc1 = run1.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if run1.poll() is None:
+            run1.kill()
+        log1.close()
+    out1 = (tmp_path / "run1.log").read_text()
+    assert rc1 not in (0, 124), f"the run should fail on the cancelled job, got {rc1}:\n{out1[-3000:]}"
+    assert cancelled in out1 and "CANCELLED" in out1, out1[-3000:]
+    other_ds = next(ds for ds in DATASETS if ds != cancelled_ds)
+
+    # What finished before (or regardless of) the cancel stays; only the cancelled branch is planned.
+    done_before = [
+        *sorted((work / "resources/datasets/tiny").rglob("*.*")),
+        *(work / f"results/{ds}/{name}.parquet" for ds in DATASETS for name in ("candidates", "qrels")),
+        work / f"results/scores/bm25/{other_ds}.parquet",
+    ]
+    assert all(p.is_file() for p in done_before), [str(p) for p in done_before if not p.is_file()]
+    assert not (work / f"results/scores/bm25/{cancelled_ds}.parquet").exists()
+    mtimes = {p: p.stat().st_mtime_ns for p in done_before}
+    dry = snakemake(work, "-n", *PROFILE, *CONFIG, *TARGET, timeout=120)
+    # Both metrics jobs: they form one group job, which waited for the cancelled score.
+    assert planned_jobs(dry.stdout + dry.stderr) == {"score": 1, "metrics": 2, "table1": 1}
+
+    # 2. Re-run: completes, redoing nothing that had finished.
+    run2 = subprocess.run(
+        ["timeout", str(RUN_TIMEOUT), str(exe), *PROFILE, *CONFIG, *TARGET],
+        cwd=work, env=env, capture_output=True, text=True,
+    )
+    out2 = run2.stdout + run2.stderr
+    assert run2.returncode == 0, out2[-4000:]
+    assert {p: p.stat().st_mtime_ns for p in done_before} == mtimes, "finished outputs were recomputed"
+    for ds in DATASETS:
+        assert (work / f"results/scores/bm25/{ds}.parquet").is_file()
+        assert (work / f"results/metrics/bm25/{ds}.parquet").is_file()
+    table = (work / "results/table1.csv").read_text()
+    assert table.splitlines()[0].startswith("variant,") and "\nbm25," in table
+
+    # 3. The jobs went through Slurm: the plugin's per-job logs name Slurm job ids,
+    #    and Slurm's own completion log has each of them with its final state.
+    ids = _slurm_job_ids(work)
+    by_rule: dict[str, list[str]] = {}
+    for job_id, rule in ids.items():
+        by_rule.setdefault(rule, []).append(job_id)
+    assert sorted(by_rule) == ["group_small_cpu_metrics", "rule_build_fixture", "rule_generate_synthetic", "rule_score"], ids
+    assert [len(by_rule[r]) for r in ("rule_generate_synthetic", "rule_build_fixture", "rule_score", "group_small_cpu_metrics")] == [1, 2, 3, 1]
+    states = _jobcomp_states(jobcomp)
+    assert states.get(cancelled) == "CANCELLED", (cancelled, states)
+    for job_id in set(ids) - {cancelled}:
+        assert states.get(job_id) == "COMPLETED", (job_id, ids[job_id], states.get(job_id))
+    assert "localrule table1" in out2, "table1 is a local rule: it must not be submitted"
+
+    # Score jobs asked Slurm for a GPU (the test node has two fake ones).
+    last_score = max(by_rule["rule_score"], key=int)
+    show = subprocess.run(["scontrol", "show", "job", last_score], capture_output=True, text=True).stdout
+    assert "gres:gpu:1" in show or "gres/gpu=1" in show, show
+    print(f"Slurm test wall time: {time.monotonic() - started:.0f} s")
