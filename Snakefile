@@ -11,9 +11,13 @@ configfile: "workflow_config.yaml"
 
 
 include: "rules/common.smk"
+include: "rules/model_inputs.smk"
+include: "rules/training_inputs.smk"
 include: "rules/data.smk"
 include: "rules/retrieval.smk"
 include: "rules/fixture.smk"
+include: "rules/model.smk"
+include: "rules/training.smk"
 include: "rules/score.smk"
 include: "rules/metrics.smk"
 include: "rules/tables.smk"

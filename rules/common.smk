@@ -14,7 +14,9 @@ from presdep.config import (
 )
 
 # Jobs in per-rule conda envs import presdep from this checkout (the envs carry its dependencies).
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p)
+# (Setting it, not requiring it: the variable may be absent and that is fine.)
+_inherited = [p for p in dict(os.environ).get("PYTHONPATH", "").split(os.pathsep) if p]
+os.environ.update(PYTHONPATH=os.pathsep.join([workflow.basedir, *_inherited]))
 
 # A --configfile's datasets/variants/synthetic replace the embedded default's.
 _resolved = apply_replacing_sections(config, workflow.overwrite_configfiles or [])
@@ -23,7 +25,15 @@ config.update(_resolved)
 validate(config, "schemas/config.schema.yaml")
 
 DATASETS = list(config["datasets"])
+# Training and held-out splits are datasets too, but only `eval` datasets reach the table.
+EVAL_DATASETS = [d for d in DATASETS if config["datasets"][d].get("role", "eval") == "eval"]
 VARIANTS = runnable_variants(config)
+# A scoring run: an untrained variant, or one training seed of a trained one ("oc_sft/seed1").
+RUNS = {
+    (f"{v}/seed{s}" if config["variants"][v].get("student") else v): (v, s if config["variants"][v].get("student") else None)
+    for v in VARIANTS
+    for s in (config["variants"][v].get("student") or {}).get("seeds", [None])
+}
 SYNTHETIC = list(config.get("synthetic") or {})
 PRESDEP_VERSION = presdep.__version__
 
@@ -34,7 +44,7 @@ def _alternatives(names):
 
 wildcard_constraints:
     dataset=_alternatives(DATASETS),
-    variant=_alternatives(VARIANTS),
+    variant=_alternatives(RUNS),
     collection=_alternatives(SYNTHETIC),
     split="train|heldout|test",
 
@@ -76,11 +86,11 @@ def _figure1_choice():
     (the identity scorer never disagrees with itself) on the first reranking dataset."""
     chosen = dict(config.get("figure1") or {})
     if "dataset" not in chosen:
-        rerank = [d for d in DATASETS if config["datasets"][d]["task"] == "rerank"]
-        chosen["dataset"] = (rerank or DATASETS)[0]
+        rerank = [d for d in EVAL_DATASETS if config["datasets"][d]["task"] == "rerank"]
+        chosen["dataset"] = (rerank or EVAL_DATASETS)[0]
     if "variant" not in chosen:
-        models = [v for v in VARIANTS if config["variants"][v]["scorer"] != "identity"]
-        chosen["variant"] = (models or VARIANTS)[0]
+        models = [r for r, (v, _) in RUNS.items() if config["variants"][v]["scorer"] != "identity"]
+        chosen["variant"] = (models or list(RUNS))[0]
     return chosen
 
 
@@ -88,7 +98,12 @@ FIGURE1 = _figure1_choice()
 
 
 def metrics_files():
-    return expand("results/metrics/{variant}/{dataset}.parquet", variant=VARIANTS, dataset=DATASETS)
+    return expand("results/metrics/{run}/{dataset}.parquet", run=list(RUNS), dataset=EVAL_DATASETS)
+
+
+def run_variant(wildcards):
+    """(variant name, training seed or None) of a scoring run."""
+    return RUNS[wildcards.variant]
 
 
 def score_inputs(wildcards):
@@ -96,18 +111,26 @@ def score_inputs(wildcards):
         "candidates": f"results/{wildcards.dataset}/candidates.parquet",
         "qrels": f"results/{wildcards.dataset}/qrels.parquet",
     }
-    v = config["variants"][wildcards.variant]
+    name, seed = run_variant(wildcards)
+    v = config["variants"][name]
     model = v.get("model")
-    if model and config["models"][model]["source"] == "gguf_package":
+    if model:
+        # Every model is fetched once into resources/models/<name> (a hub id downloads there).
         inputs["model_dir"] = f"resources/models/{model}"
+    if v.get("student"):
+        inputs["selected"] = f"results/models/{name}/selected.json"
     if v.get("calibration") == "capcal":
         B = protocol_for(config, wildcards.dataset)["B"]
         inputs["capcal_prior"] = f"results/capcal/{model}/B{B}.parquet"
     return inputs
 
 
+def _scorer_of(wildcards):
+    return config["variants"][run_variant(wildcards)[0]]["scorer"]
+
+
 def _score_threads(wildcards):
-    return 1 if config["variants"][wildcards.variant]["scorer"] == "identity" else workflow.cores
+    return 1 if _scorer_of(wildcards) in ("identity", "hosted") else workflow.cores
 
 
 # --- BM25 first stage (rules/retrieval.smk) ---

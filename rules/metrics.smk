@@ -9,7 +9,8 @@ rule metrics:
         metrics="results/metrics/{variant}/{dataset}.parquet",
     params:
         task=lambda wc: config["datasets"][wc.dataset]["task"],
-        seed=lambda wc: config["variants"][wc.variant].get("seed"),
+        variant=lambda wc: run_variant(wc)[0],
+        seed=lambda wc: run_variant(wc)[1],
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"

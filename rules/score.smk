@@ -7,7 +7,8 @@ rule score:
     output:
         scores="results/scores/{variant}/{dataset}.parquet",
     params:
-        variant=lambda wc: variant_config(config, wc.variant),
+        variant=lambda wc: variant_config(config, run_variant(wc)[0]),
+        seed=lambda wc: run_variant(wc)[1],
         protocol=lambda wc: protocol_for(config, wc.dataset),
         version=PRESDEP_VERSION,
     conda:
@@ -18,7 +19,8 @@ rule score:
         "benchmarks/out/score/{variant}/{dataset}.tsv"
     threads: _score_threads
     resources:
-        mem_mb=lambda wc: 1000 if config["variants"][wc.variant]["scorer"] == "identity" else 8000,
-        runtime=lambda wc: 10 if config["variants"][wc.variant]["scorer"] == "identity" else 240,
+        mem_mb=lambda wc: 1000 if _scorer_of(wc) == "identity" else 8000,
+        runtime=lambda wc: 10 if _scorer_of(wc) == "identity" else 240,
+        teacher_api=lambda wc: 1 if _scorer_of(wc) == "hosted" else 0,
     script:
         "../scripts/score.py"

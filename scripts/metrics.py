@@ -9,6 +9,6 @@ metrics_from_files(
     out_path=snakemake.output.metrics,
     dataset=snakemake.wildcards.dataset,
     task=snakemake.params.task,
-    variant=snakemake.wildcards.variant,
+    variant=snakemake.params.variant,
     seed=snakemake.params.seed,
 )

@@ -12,5 +12,7 @@ score_dataset_files(
     protocol=snakemake.params.protocol,
     model_dir=snakemake.input.get("model_dir"),
     capcal_prior_path=snakemake.input.get("capcal_prior"),
+    selected_path=snakemake.input.get("selected"),
+    seed=snakemake.params.seed,
     threads=snakemake.threads,
 )

@@ -20,6 +20,8 @@ def score_dataset_files(
     model_dir: str | os.PathLike | None = None,
     capcal_prior_path: str | os.PathLike | None = None,
     threads: int | None = None,
+    selected_path: str | os.PathLike | None = None,
+    seed: int | None = None,
 ) -> None:
     from presdep.scoring.run import score_dataset
 
@@ -32,6 +34,12 @@ def score_dataset_files(
         # A fetched model is a local directory from here on; keep the original spec for provenance.
         variant["model_source"] = variant.get("model")
         variant["model"] = {"source": "local", "path": str(model_dir)}
+    if selected_path:
+        # A trained variant: the LoRA adapter that lambda selection chose for this seed.
+        from presdep.training.select import adapter_for
+
+        variant["adapter"] = adapter_for(selected_path, int(seed))
+        variant["training_seed"] = int(seed)
     candidates = read_table(candidates_path, "candidates")
     qrels = read_table(qrels_path, "qrels") if qrels_path else None
     score_dataset(

@@ -1,0 +1,435 @@
+"""LoRA training of a student scorer on silver labels, with checkpoints and resume.
+
+Layout of one run (``out_dir`` = ``results/models/<student>/seed<seed>/``)::
+
+    checkpoints/step000010/adapter/      peft adapter at that step (kept for selection)
+    checkpoints/step000010/trainer.pt    optimizer + RNG state + step (latest checkpoint only)
+    checkpoints/step000010/log.json      train-log rows up to that step
+    adapter/                             the final adapter
+    train_log.parquet                    step, loss terms, lr, tokens, held-out nDCG@10 (at eval steps)
+    heldout.parquet                      step, query_id, ndcg10 (per query, at eval steps)
+    done.json                            settings, figures, checkpoint list; written last
+
+Everything a step does derives from (seed, step): the chunk order of an epoch
+is a stable shuffle, the views are stable shuffles, dropout draws from the torch
+RNG whose state is checkpointed. So a run killed at any point and resumed from
+its last checkpoint ends with the same adapter as an uninterrupted run (on the
+same device and software).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm.auto import tqdm
+
+from presdep import __version__
+from presdep.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.schemas import write_text_atomic
+from presdep.training.lora import add_lora, adapter_state, load_adapter_state, save_adapter
+from presdep.training.objectives import (
+    TrainChunk,
+    build_chunks,
+    make_objective,
+    slot_propensity_weights,
+)
+from presdep.training.readout_grad import GradReadout, ReadoutScorer
+
+log = logging.getLogger(__name__)
+
+STUDENT_DEFAULTS: dict[str, Any] = {
+    "objective": None,
+    "lambda": 0.0,
+    "lambda_warmup_steps": 0,
+    "n_views": 1,
+    "steps": 20,
+    "batch_chunks": 2,
+    "lr": 2e-4,
+    "lr_warmup_steps": 0,
+    "weight_decay": 0.0,
+    "max_grad_norm": 1.0,
+    "checkpoint_every": 10,
+    "eval_every": None,  # None: at every checkpoint
+    "eval_batch_prompts": 8,
+    "lora": {},
+    "device": "auto",
+    "dtype": "auto",
+    "gradient_checkpointing": "auto",  # on for CUDA
+    "debias_eps": 1e-3,
+}
+LOG_COLUMNS = ("step", "epoch", "loss", "supervised", "consistency", "lambda", "lr", "grad_norm", "tokens",
+               "seconds", "heldout_ndcg10")
+
+
+def student_settings(spec: Mapping[str, Any]) -> dict:
+    s = {**STUDENT_DEFAULTS, **copy.deepcopy(dict(spec))}
+    if s["objective"] is None:
+        raise ValueError("student settings lack 'objective'")
+    for key in ("steps", "batch_chunks", "checkpoint_every"):
+        if not isinstance(s[key], int) or s[key] < 1:
+            raise ValueError(f"student {key} must be a positive integer, got {s[key]!r}")
+    if s["eval_every"] is None:
+        s["eval_every"] = s["checkpoint_every"]
+    if s["eval_every"] % s["checkpoint_every"]:
+        raise ValueError("student eval_every must be a multiple of checkpoint_every (evaluated adapters are kept)")
+    return s
+
+
+# ----------------------------------------------------------------- data
+
+
+def silver_label_maps(silver: pl.DataFrame) -> tuple[dict, dict]:
+    """(single-order labels, order-averaged labels) keyed by (query_id, doc_id).
+
+    The single-order label is the teacher's score under presentation 0 (the
+    first-stage order); the order-averaged label is the ``label`` column (the mean
+    over the T shuffles). Missing or failed values are None.
+    """
+    single: dict[tuple[str, str], float | None] = {}
+    mean: dict[tuple[str, str], float | None] = {}
+    for q, d, pres, score, label in silver.select("query_id", "doc_id", "presentation", "score", "label").iter_rows():
+        key = (str(q), str(d))
+        if pres == 0:
+            single[key] = None if score is None or math.isnan(score) else float(score)
+        if label is not None and not math.isnan(label):
+            mean[key] = float(label)
+    return single, mean
+
+
+def epoch_order(seed: int, epoch: int, n_chunks: int) -> list[int]:
+    return random_shuffle(list(range(n_chunks)), stable_seed(int(seed), "epoch", int(epoch)))
+
+
+def batch_for_step(seed: int, step: int, batch_chunks: int, n_chunks: int) -> list[tuple[int, int]]:
+    """(epoch, chunk index) pairs of 0-based ``step``: a stream of epoch permutations."""
+    out = []
+    for k in range(step * batch_chunks, (step + 1) * batch_chunks):
+        epoch, i = divmod(k, n_chunks)
+        out.append((epoch, epoch_order(seed, epoch, n_chunks)[i]))
+    return out
+
+
+def heldout_ndcg(
+    scorer: Any, candidates: pl.DataFrame, qrels: pl.DataFrame, B: int, k: int = 10
+) -> dict[str, float]:
+    """Per-query nDCG@k of the canonical presentation (first-stage order, contiguous chunks)."""
+    from presdep.metrics.quality import ndcg_runs, qrels_to_dict
+
+    layout, prompts = [], []
+    for (qid,), g in candidates.sort("query_id", "first_stage_rank").group_by("query_id", maintain_order=True):
+        ids, docs, query = g["doc_id"].to_list(), g["doc"].to_list(), g["query"][0]
+        for pos in chunk_positions(len(ids), B, "contiguous"):
+            layout.append((str(qid), [ids[i] for i in pos]))
+            prompts.append((query, [docs[i] for i in pos]))
+    readouts = scorer.score_prompts(prompts)
+    runs: dict[str, dict[str, float]] = {}
+    for (qid, ids), ro in zip(layout, readouts):
+        runs.setdefault(qid, {}).update({d: r.score for d, r in zip(ids, ro)})
+    return ndcg_runs(runs, qrels_to_dict(qrels), k)
+
+
+# ----------------------------------------------------------------- checkpoints
+
+
+def _step_dir(root: Path, step: int) -> Path:
+    return root / "checkpoints" / f"step{step:06d}"
+
+
+def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint (one with trainer state), or None."""
+    root = Path(out_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.glob("step*") if p.is_dir() and (p / "trainer.pt").exists())
+    return done[-1] if done else None
+
+
+def _write_checkpoint(out_dir: Path, step: int, model, optimizer, rows: list[dict], heldout_rows: list[dict]) -> Path:
+    final = _step_dir(out_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        save_adapter(model, tmp / "adapter")
+        torch.save(
+            {
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "adapter": adapter_state(model),
+            },
+            tmp / "trainer.pt",
+        )
+        (tmp / "log.json").write_text(json.dumps({"rows": rows, "heldout": heldout_rows}))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    # Only the newest checkpoint keeps optimizer state; older adapters stay for selection.
+    for old in (out_dir / "checkpoints").glob("step*"):
+        if old != final and (old / "trainer.pt").exists():
+            (old / "trainer.pt").unlink()
+    return final
+
+
+def _frame_sha(df: pl.DataFrame | None) -> str | None:
+    if df is None:
+        return None
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(df.columns):
+        h.update(name.encode() + b"\x00")
+        for v in df.sort(sorted(df.columns))[name].to_list():
+            h.update(repr(v).encode() + b"\x1f")
+    return h.hexdigest()
+
+
+def _fingerprint(s, B, seed, max_doc_chars, *frames) -> str:
+    """What a checkpoint must share with this run to be resumed (settings, seed, data)."""
+    ident = {"presdep_version": __version__, "student": s, "B": B, "seed": seed, "max_doc_chars": max_doc_chars,
+             "data": [_frame_sha(f) for f in frames]}
+    return json.dumps(ident, sort_keys=True, default=str)
+
+
+def _lr_at(step: int, lr: float, warmup: int) -> float:
+    return lr * min(1.0, (step + 1) / warmup) if warmup > 0 else lr
+
+
+# ----------------------------------------------------------------- training
+
+
+def train_student(
+    model: Any,
+    tokenizer: Any,
+    *,
+    silver: pl.DataFrame,
+    train_candidates: pl.DataFrame,
+    out_dir: str | os.PathLike,
+    student: Mapping[str, Any],
+    B: int,
+    seed: int,
+    max_doc_chars: int | None = None,
+    train_qrels: pl.DataFrame | None = None,
+    heldout_candidates: pl.DataFrame | None = None,
+    heldout_qrels: pl.DataFrame | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> dict:
+    """Train LoRA adapters on ``model`` (moved to the device already) and write ``out_dir``.
+
+    Resumes from the newest checkpoint under ``out_dir`` if there is one. Returns
+    the contents of ``done.json``. ``on_step(step)`` is called after each step
+    (and its checkpoint) completes.
+    """
+    s = student_settings(student)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+
+    single, mean = silver_label_maps(silver)
+    chunks = build_chunks(train_candidates.to_dicts(), single, mean, B)
+    if not chunks:
+        raise ValueError("no training chunks: the training candidates are empty")
+    slot_w = None
+    if s["objective"] == "debias_first":
+        if train_qrels is None:
+            raise ValueError("debias_first needs the training split's qrels (slot propensities)")
+        rel = {(str(q), str(d)) for q, d, r in train_qrels.select("query_id", "doc_id", "relevance").iter_rows() if r >= 1}
+        flags = [[(c.query_id, d) in rel for d in c.doc_ids] for c in chunks]
+        slot_w = slot_propensity_weights(flags, B, float(s["debias_eps"]))
+    objective = make_objective(s, slot_w)
+    n_labelled = sum(1 for c in chunks for x in objective.labels(c)[1].tolist() if x)
+    if n_labelled == 0:
+        raise ValueError(f"no training document carries a {objective.label!r} silver label")
+
+    if s["gradient_checkpointing"] is True or (s["gradient_checkpointing"] == "auto" and device.type == "cuda"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    peft_model = add_lora(model, s["lora"], seed)
+    readout = GradReadout(peft_model, tokenizer, max_doc_chars=max_doc_chars)
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=float(s["lr"]), weight_decay=float(s["weight_decay"]))
+
+    rows: list[dict] = []
+    heldout_rows: list[dict] = []
+    start = 0
+    fingerprint = _fingerprint(s, B, seed, max_doc_chars, silver, train_candidates, train_qrels,
+                               heldout_candidates, heldout_qrels)
+    fp_file = out_dir / "checkpoints" / "fingerprint.json"
+    if (out_dir / "checkpoints").exists() and (not fp_file.exists() or fp_file.read_text() != fingerprint):
+        log.warning("%s: discarding checkpoints of a run with other inputs or settings", out_dir / "checkpoints")
+        shutil.rmtree(out_dir / "checkpoints")
+    if not fp_file.exists():
+        write_text_atomic(fp_file, fingerprint)
+    ckpt = latest_checkpoint(out_dir)
+    if ckpt is not None:
+        state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+        load_adapter_state(peft_model, state["adapter"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        saved = json.loads((ckpt / "log.json").read_text())
+        rows, heldout_rows, start = saved["rows"], saved["heldout"], int(state["step"])
+        log.info("resuming from %s (step %d of %d)", ckpt, start, s["steps"])
+    else:
+        torch.manual_seed(stable_seed(int(seed), "train-rng") % (2**63))
+
+    do_eval = heldout_candidates is not None and heldout_qrels is not None
+    eval_scorer = ReadoutScorer(peft_model, tokenizer, name="student", max_doc_chars=max_doc_chars,
+                                batch_prompts=int(s["eval_batch_prompts"])) if do_eval else None
+    t_start = time.perf_counter()
+    peft_model.train()
+    with tqdm(total=s["steps"], initial=start, desc=f"train {s['objective']} seed{seed}", unit="step") as bar:
+        for step in range(start, s["steps"]):
+            t0 = time.perf_counter()
+            for g in optimizer.param_groups:
+                g["lr"] = _lr_at(step, float(s["lr"]), int(s["lr_warmup_steps"]))
+            picks = batch_for_step(seed, step, s["batch_chunks"], len(chunks))
+            batch = [chunks[i] for _, i in picks]
+            views = [objective.views(c, e, seed) for (e, _), c in zip(picks, batch)]
+            prompts = [(c.query, [c.docs[i] for i in order]) for c, cv in zip(batch, views) for order in cv]
+            built = readout.build(prompts)
+            flat = readout.expected_from_built(built)
+            scores, k = [], 0
+            for cv in views:
+                scores.append(flat[k : k + len(cv)])
+                k += len(cv)
+            loss, parts = objective.loss(batch, views, scores, step)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(params, float(s["max_grad_norm"]))
+            optimizer.step()
+            done_steps = step + 1
+            row = {
+                "step": done_steps, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
+                "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
+                "lr": optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
+                "tokens": sum(len(b.ids) for b in built), "seconds": time.perf_counter() - t0, "heldout_ndcg10": None,
+            }
+            if do_eval and (done_steps % s["eval_every"] == 0 or done_steps == s["steps"]):
+                per_q = heldout_ndcg(eval_scorer, heldout_candidates, heldout_qrels, B)
+                row["heldout_ndcg10"] = float(np.mean(list(per_q.values()))) if per_q else None
+                heldout_rows += [{"step": done_steps, "query_id": q, "ndcg10": v} for q, v in sorted(per_q.items())]
+                peft_model.train()
+            rows.append(row)
+            if done_steps % s["checkpoint_every"] == 0 or done_steps == s["steps"]:
+                _write_checkpoint(out_dir, done_steps, peft_model, optimizer, rows, heldout_rows)
+            bar.set_postfix(loss=f"{parts['loss']:.4f}")
+            bar.update(1)
+            if on_step is not None:
+                on_step(done_steps)
+
+    wall = time.perf_counter() - t_start
+    final_tmp = Path(tempfile.mkdtemp(prefix=".adapter.", suffix=".tmp", dir=out_dir))
+    try:
+        save_adapter(peft_model, final_tmp)
+        if (out_dir / "adapter").exists():
+            shutil.rmtree(out_dir / "adapter")
+        os.replace(final_tmp, out_dir / "adapter")
+    finally:
+        if final_tmp.exists():
+            shutil.rmtree(final_tmp, ignore_errors=True)
+    schema = {c: (pl.Int64 if c in ("step", "epoch", "tokens") else pl.Float64) for c in LOG_COLUMNS}
+    log_df = pl.DataFrame(rows, schema=schema)
+    _write_parquet_atomic(log_df, out_dir / "train_log.parquet")
+    _write_parquet_atomic(
+        pl.DataFrame(heldout_rows, schema={"step": pl.Int64, "query_id": pl.String, "ndcg10": pl.Float64}),
+        out_dir / "heldout.parquet",
+    )
+    checkpoints = sorted(int(p.name[4:]) for p in (out_dir / "checkpoints").glob("step*") if (p / "adapter").is_dir())
+    timed = [r["seconds"] for r in rows[start:]]
+    done = {
+        "presdep_version": __version__,
+        "seed": int(seed),
+        "student": {k: v for k, v in s.items()},
+        "objective": objective.describe(),
+        "B": int(B),
+        "max_doc_chars": max_doc_chars,
+        "template_sha256": readout.template_sha256,
+        "n_chunks": len(chunks),
+        "n_labelled_docs": n_labelled,
+        "steps": s["steps"],
+        "resumed_from_step": start if ckpt is not None else None,
+        "checkpoints": checkpoints,
+        "adapter": "adapter",
+        "device": device.type,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "wall_seconds_this_run": wall,
+        "seconds_per_step": float(np.mean(timed)) if timed else None,
+        "heldout": {str(r["step"]): r["heldout_ndcg10"] for r in rows if r["heldout_ndcg10"] is not None},
+        "provenance": dict(provenance or {}),
+    }
+    write_text_atomic(out_dir / "done.json", json.dumps(done, indent=1, sort_keys=True, default=str) + "\n")
+    return done
+
+
+def _write_parquet_atomic(df: pl.DataFrame, path: Path) -> None:
+    from presdep.schemas import atomic_path
+
+    tmp = atomic_path(path)
+    try:
+        df.write_parquet(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def train_student_files(
+    *,
+    model_dir: str | os.PathLike,
+    silver_path: str | os.PathLike,
+    train_candidates_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    student: Mapping[str, Any],
+    B: int,
+    seed: int,
+    max_doc_chars: int | None = None,
+    train_qrels_path: str | os.PathLike | None = None,
+    heldout_candidates_path: str | os.PathLike | None = None,
+    heldout_qrels_path: str | os.PathLike | None = None,
+    threads: int | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> dict:
+    """The ``train_student`` job: read the inputs, load the base model, train."""
+    from presdep.models import load_model
+    from presdep.schemas import read_metadata, read_table
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    s = student_settings(student)
+    model, tok = load_model(str(model_dir), device=s["device"], dtype=s["dtype"])
+    prov = dict(provenance or {})
+    prov["silver"] = {k: v for k, v in read_metadata(silver_path).items() if k in ("teacher", "teacher_spec", "mock", "template_sha256")}
+    return train_student(
+        model, tok,
+        silver=read_table(silver_path, "silver"),
+        train_candidates=read_table(train_candidates_path, "candidates"),
+        out_dir=out_dir, student=s, B=B, seed=seed, max_doc_chars=max_doc_chars,
+        train_qrels=read_table(train_qrels_path, "qrels") if train_qrels_path else None,
+        heldout_candidates=read_table(heldout_candidates_path, "candidates") if heldout_candidates_path else None,
+        heldout_qrels=read_table(heldout_qrels_path, "qrels") if heldout_qrels_path else None,
+        provenance=prov,
+    )
+
+
+__all__ = [
+    "STUDENT_DEFAULTS", "student_settings", "silver_label_maps", "batch_for_step", "epoch_order",
+    "heldout_ndcg", "latest_checkpoint", "train_student", "train_student_files",
+]

@@ -1,0 +1,209 @@
+"""Silver labels: teacher scores of the training queries under several presentations.
+
+Presentation 0 is the first-stage order (its score is the *single-order* label);
+presentations 1..T are Fisher-Yates shuffles of the query's whole candidate list,
+seeded by ``stable_seed(seed, dataset, query_id, "teacher", t)`` (disjoint from the
+evaluation shuffles). Every presented list is cut into contiguous prompts of B.
+The ``label`` column is the *order-averaged* label: the mean of a document's
+scores over presentations 1..T that did not fail (null when all failed), repeated
+on each of its rows.
+
+Teachers: ``open_weight`` (the expected-grade readout of a model) or ``hosted``
+(integer grades from a chat endpoint, :mod:`presdep.training.hosted`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
+
+from presdep import __version__
+from presdep.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.schemas import write_table
+from presdep.scoring.template import prepare_doc
+
+log = logging.getLogger(__name__)
+
+TEACHER_KINDS = ("open_weight", "hosted")
+# (query, docs) prompts -> per prompt a list of scores (None = failed prompt)
+PromptScorer = Callable[[Sequence[tuple[str, Sequence[str]]]], list[list[float] | None]]
+
+
+def teacher_orders(n: int, *, seed: int, dataset: str, query_id: str, T: int) -> list[list[int]]:
+    """Presentation 0 = first-stage order; 1..T = stable shuffles (indices into first-stage order)."""
+    base = list(range(n))
+    return [base] + [random_shuffle(base, stable_seed(int(seed), dataset, str(query_id), "teacher", t)) for t in range(1, T + 1)]
+
+
+def silver_labels(
+    candidates: pl.DataFrame,
+    score_prompts: PromptScorer,
+    *,
+    teacher: str,
+    dataset: str,
+    T: int,
+    B: int,
+    seed: int,
+    max_doc_chars: int | None,
+    batch_prompts: int = 64,
+) -> pl.DataFrame:
+    """The ``silver`` table (query_id, doc_id, teacher, presentation, score, label)."""
+    if T < 1:
+        raise ValueError(f"T must be >= 1, got {T}")
+    layout: list[tuple[str, int, list[str]]] = []
+    prompts: list[tuple[str, list[str]]] = []
+    order = candidates.sort("query_id", "first_stage_rank")
+    for (qid,), g in order.group_by("query_id", maintain_order=True):
+        ids, query = g["doc_id"].to_list(), g["query"][0]
+        docs = [prepare_doc(d, max_doc_chars) for d in g["doc"].to_list()]
+        for t, pres in enumerate(teacher_orders(len(ids), seed=seed, dataset=dataset, query_id=qid, T=T)):
+            for pos in chunk_positions(len(pres), B, "contiguous"):
+                idx = [pres[p] for p in pos]
+                layout.append((str(qid), t, [ids[i] for i in idx]))
+                prompts.append((query, [docs[i] for i in idx]))
+    results: list = []
+    with tqdm(total=len(prompts), desc=f"silver {teacher} {dataset}", unit="prompt") as bar:
+        for start in range(0, len(prompts), batch_prompts):
+            part = prompts[start : start + batch_prompts]
+            results += score_prompts(part)
+            bar.update(len(part))
+    if len(results) != len(prompts):
+        raise RuntimeError(f"teacher returned {len(results)} results for {len(prompts)} prompts")
+    rows: dict[str, list] = {"query_id": [], "doc_id": [], "presentation": [], "score": []}
+    for (qid, t, ids), res in zip(layout, results):
+        if res is not None and len(res) != len(ids):
+            raise RuntimeError(f"teacher returned {len(res)} scores for a prompt of {len(ids)} documents")
+        for k, d in enumerate(ids):
+            rows["query_id"].append(qid)
+            rows["doc_id"].append(d)
+            rows["presentation"].append(t)
+            rows["score"].append(None if res is None else float(res[k]))
+    df = pl.DataFrame(rows, schema={"query_id": pl.String, "doc_id": pl.String, "presentation": pl.Int32, "score": pl.Float64})
+    label = (
+        df.filter(pl.col("presentation") >= 1)
+        .group_by("query_id", "doc_id")
+        .agg(pl.col("score").drop_nulls().mean().alias("label"))
+    )
+    return (
+        df.join(label, on=["query_id", "doc_id"], how="left")
+        .with_columns(pl.lit(teacher).alias("teacher"))
+        .select("query_id", "doc_id", "teacher", "presentation", "score", "label")
+        .sort("query_id", "presentation", "doc_id")
+    )
+
+
+def open_weight_prompt_scorer(scorer: Any) -> PromptScorer:
+    """Adapt a :class:`presdep.scoring.Scorer` (``score_prompts`` -> GradeReadouts)."""
+
+    def run(prompts):
+        return [[r.score for r in ro] for ro in scorer.score_prompts(prompts)]
+
+    return run
+
+
+def make_open_weight_scorer(model_dir: str | os.PathLike, *, max_doc_chars: int | None, device: str = "auto",
+                            dtype: str = "auto", batch_prompts: int = 8) -> Any:
+    """The teacher readout: the scoring package's transformers scorer when it is registered,
+    else :class:`presdep.training.readout_grad.ReadoutScorer` (the same prompt, skeleton and E[g])."""
+    from presdep import scoring
+
+    if "transformers" in scoring.REGISTRY:
+        try:
+            return scoring.make_scorer(
+                {"scorer": "transformers", "model": {"source": "local", "path": str(model_dir)}, "device": device,
+                 "dtype": dtype},
+                {"max_doc_chars": max_doc_chars, "B": 1, "M": 1, "seed": 0, "perturbations": []},
+            )
+        except (AttributeError, ImportError, KeyError, TypeError, ValueError) as exc:  # factory absent or other spec
+            log.info("scoring 'transformers' factory unavailable (%s); using the training readout", exc)
+    from presdep.models import load_model
+    from presdep.training.readout_grad import ReadoutScorer
+
+    model, tok = load_model(str(model_dir), device=device, dtype=dtype)
+    return ReadoutScorer(model, tok, name="teacher", max_doc_chars=max_doc_chars, batch_prompts=batch_prompts)
+
+
+def silver_labels_files(
+    *,
+    candidates_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    teacher: str,
+    teacher_spec: Mapping[str, Any],
+    dataset: str,
+    B: int,
+    seed: int,
+    max_doc_chars: int | None,
+    model_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    threads: int | None = None,
+    scorer: Any = None,
+    client: Any = None,
+) -> pl.DataFrame:
+    """The ``silver_labels`` job: label a training dataset's candidates with one teacher."""
+    from presdep.schemas import read_table
+
+    kind = teacher_spec.get("kind")
+    if kind not in TEACHER_KINDS:
+        raise ValueError(f"teacher {teacher!r}: kind {kind!r} not in {TEACHER_KINDS}")
+    T = int(teacher_spec.get("T", 4))
+    candidates = read_table(candidates_path, "candidates")
+    meta: dict[str, Any] = {
+        "teacher": teacher, "teacher_kind": kind, "dataset": dataset, "T": T, "B": B, "seed": seed,
+        "presentations": "0 = first-stage order (single-order label); 1..T = shuffles; label = mean over 1..T",
+    }
+    if kind == "open_weight":
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        if scorer is None:
+            if model_dir is None:
+                raise ValueError(f"open-weight teacher {teacher!r} needs model_dir")
+            scorer = make_open_weight_scorer(model_dir, max_doc_chars=max_doc_chars,
+                                             device=teacher_spec.get("device", "auto"))
+        run = open_weight_prompt_scorer(scorer)
+        describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
+        meta.update(teacher_spec={k: v for k, v in teacher_spec.items()}, readout=describe, mock=False,
+                    template_sha256=getattr(scorer, "template_sha256", None))
+        df = silver_labels(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
+                           max_doc_chars=max_doc_chars)
+    else:
+        from presdep.training.hosted import HostedGrader
+
+        if cache_dir is None:
+            raise ValueError(f"hosted teacher {teacher!r} needs a cache_dir")
+        spec = {k: v for k, v in teacher_spec.items() if k not in ("kind", "T", "skip", "label")}
+        grader = HostedGrader(spec, cache_dir, max_doc_chars=max_doc_chars, client=client)
+
+        def run(prompts):
+            return [None if r.grades is None else [float(g) for g in r.grades]
+                    for r in grader.grade_many(prompts, desc=f"silver {teacher}")]
+
+        df = silver_labels(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
+                           max_doc_chars=max_doc_chars)
+        stats = grader.stats.as_dict()
+        meta.update(teacher_spec=grader.describe(), usage=stats, mock=grader.mock,
+                    template_sha256=grader.template.sha256)
+        if grader.mock:
+            meta["note"] = "MOCK teacher: offline stand-in grades, not a real model"
+        if stats["prompts_failed"]:
+            log.warning("teacher %s: %d of %d prompts failed (%s); their scores are null",
+                        teacher, stats["prompts_failed"], stats["prompts"], stats["failures"])
+    n_null = int(df["score"].null_count())
+    meta["null_scores"] = n_null
+    write_table(df, out_path, "silver", params={"teacher": teacher, "dataset": dataset, "T": T, "B": B,
+                                                 "seed": seed, "max_doc_chars": max_doc_chars}, **meta)
+    log.info("silver %s/%s: %d rows, %d null scores", teacher, dataset, df.height, n_null)
+    return df
+
+
+__all__ = [
+    "TEACHER_KINDS", "teacher_orders", "silver_labels", "open_weight_prompt_scorer",
+    "make_open_weight_scorer", "silver_labels_files",
+]

@@ -1,0 +1,100 @@
+# Training: silver labels from a teacher, LoRA students (objective x lambda x seed), lambda selection.
+#
+# A trained variant carries a `student:` block; each value of its `lambda` list is one student
+# `<variant>__lambda<L>`, trained once per seed. `select_lambda` picks, on the held-out split only,
+# the largest lambda within one standard error of the best, at its earliest best checkpoint.
+#   teachers: {self: {kind: open_weight, model: smollm2, T: 4},
+#              gpt:  {kind: hosted, provider: openai, base_url: ..., model: ..., api_key_env: OPENAI_API_KEY, T: 10}}
+# Hosted calls are throttled cluster-wide with `--resources teacher_api=N`.
+
+import re as _tre
+
+TEACHERS = {k: v for k, v in (config.get("teachers") or {}).items() if not v.get("skip")}
+TRAINED = {
+    name: v for name, v in config["variants"].items() if v.get("student") and not v.get("skip")
+}
+_STUDENT_KEYS_OUTSIDE_TRAINING = ("teacher", "train", "heldout", "seeds", "lambda")
+
+
+def _lambdas(v):
+    lam = v["student"].get("lambda", 0.0)
+    return [float(x) for x in (lam if isinstance(lam, list) else [lam])]
+
+
+def _student_name(variant, lam):
+    return f"{variant}__lambda{lam:g}"
+
+
+STUDENTS = {_student_name(n, lam): (n, lam) for n, v in TRAINED.items() for lam in _lambdas(v)}
+
+
+def _talt(names):
+    return "|".join(_tre.escape(n) for n in names) or "(?!x)x"
+
+
+wildcard_constraints:
+    teacher=_talt(TEACHERS),
+    student=_talt(STUDENTS),
+    seed=r"\d+",
+
+
+def _model_dir(model):
+    return f"resources/models/{model}"
+
+
+def _teacher(wc):
+    return TEACHERS[wc.teacher]
+
+
+def _silver_inputs(wc):
+    inputs = {"candidates": f"results/{wc.dataset}/candidates.parquet"}
+    t = _teacher(wc)
+    if t["kind"] == "open_weight":
+        inputs["model_dir"] = _model_dir(t["model"])
+    return inputs
+
+
+def _is_open_weight(wc):
+    return _teacher(wc)["kind"] == "open_weight"
+
+
+def _student(wc):
+    variant, lam = STUDENTS[wc.student]
+    return variant, lam, TRAINED[variant]["student"]
+
+
+def _training_settings(wc):
+    """Every behavioural setting of one student run (the lambda list resolved to its value)."""
+    variant, lam, s = _student(wc)
+    out = {k: v for k, v in s.items() if k not in _STUDENT_KEYS_OUTSIDE_TRAINING}
+    out["lambda"] = lam
+    out["teacher"] = s["teacher"]
+    out["teacher_spec"] = TEACHERS[s["teacher"]]
+    out["train"], out["heldout"] = s["train"], s["heldout"]
+    return out
+
+
+def _train_inputs(wc):
+    variant, lam, s = _student(wc)
+    return {
+        "silver": f"results/silver/{s['teacher']}/{s['train']}.parquet",
+        "train_candidates": f"results/{s['train']}/candidates.parquet",
+        "train_qrels": f"results/{s['train']}/qrels.parquet",
+        "heldout_candidates": f"results/{s['heldout']}/candidates.parquet",
+        "heldout_qrels": f"results/{s['heldout']}/qrels.parquet",
+        "model_dir": _model_dir(TRAINED[variant]["model"]),
+    }
+
+
+def _on_gpu(wc):
+    return _student(wc)[2].get("device") == "cuda"
+
+
+def _selection_runs(wc):
+    v = TRAINED[wc.variant]
+    seeds = [int(x) for x in v["student"].get("seeds", [1])]
+    return [
+        {"lambda": lam, "seed": seed, "dir": f"results/models/{_student_name(wc.variant, lam)}/seed{seed}"}
+        for lam in _lambdas(v)
+        for seed in seeds
+    ]
