@@ -17,7 +17,7 @@ import yaml
 from presdep import __version__
 
 # Sections that a --configfile replaces wholesale instead of merging into.
-REPLACING_SECTIONS = ("datasets", "variants", "synthetic")
+REPLACING_SECTIONS = ("datasets", "variants", "synthetic", "synthetic_tasks")
 TASKS = ("rerank", "qa", "response")
 
 

@@ -31,6 +31,23 @@ def load_candidates(source: Mapping[str, Any], first_stage: str | Path | None = 
     raise ValueError(f"unknown candidates format {fmt!r}; expected rank_llm_json, trec_run or bm25")
 
 
+# Candidates formats that carry their own judgements (and, for QA, gold answers).
+SELF_JUDGED = ("ircot_jsonl", "hotpotqa_json", "rm_bench_json", "responses_jsonl")
+_GOLD_SCHEMA = {"query_id": pl.String, "answer": pl.String}
+
+
+def load_self_judged(source: Mapping[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+    """(candidates, qrels, gold answers or None), in file order, for a SELF_JUDGED format."""
+    fmt = source["format"]
+    if fmt in ("ircot_jsonl", "hotpotqa_json"):
+        from presdep.data.hotpotqa import read_hotpotqa
+
+        return tuple(read_hotpotqa(source["path"], fmt))
+    from presdep.data.responses import read_responses
+
+    return tuple(read_responses(source["path"], fmt))
+
+
 def load_qrels(source: Mapping[str, Any]) -> pl.DataFrame:
     fmt = source.get("format")
     if fmt == "trec":
@@ -64,17 +81,32 @@ def build_fixture(
     out_qrels: str | Path,
     params: Mapping[str, Any] | None = None,
     first_stage: str | Path | None = None,
+    out_gold: str | Path | None = None,
 ) -> None:
-    """Read the dataset's files, check them against each other, write the two contracts."""
+    """Read the dataset's files, check them against each other, write the contracts
+    (candidates, qrels and, with ``out_gold``, answers_gold: empty unless the format has answers)."""
     source = ds_config["candidates"]
     where = str(source.get("path") or source.get("run") or first_stage or dataset)
-    cands = check_candidates(load_candidates(source, first_stage), where)
     limit = ds_config.get("max_queries")
+    gold = own_qrels = None
+    if source.get("format") in SELF_JUDGED:
+        cands, own_qrels, gold = load_self_judged(source)
+        if limit:  # the first N questions/prompts of the file
+            keep = cands["query_id"].unique(maintain_order=True).head(int(limit))
+            cands = cands.filter(pl.col("query_id").is_in(keep.implode()))
+        cands = check_candidates(cands, where)
+    else:
+        cands = check_candidates(load_candidates(source, first_stage), where)
     if limit:
         keep = cands["query_id"].unique(maintain_order=True).head(int(limit))
         cands = cands.filter(pl.col("query_id").is_in(keep.implode()))
-    qrels = load_qrels(ds_config["qrels"])
-    qrels_path = ds_config["qrels"].get("path") or ds_config["qrels"].get("id")
+    if ds_config.get("qrels"):
+        qrels = load_qrels(ds_config["qrels"])
+        qrels_path = ds_config["qrels"].get("path") or ds_config["qrels"].get("id")
+    elif own_qrels is not None:
+        qrels, qrels_path = own_qrels, where
+    else:
+        raise ValueError(f"dataset {dataset!r}: candidates format {source.get('format')!r} needs a qrels entry")
     known = set(cands["query_id"].unique().to_list())
     unknown = qrels.filter(~pl.col("query_id").is_in(list(known)))
     if unknown.height:
@@ -93,3 +125,10 @@ def build_fixture(
     meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged)}
     write_table(cands, out_candidates, "candidates", params, **meta)
     write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)
+    if out_gold is not None:
+        if gold is None:
+            if ds_config.get("task") == "qa":
+                raise InputFormatError(where, "whole file", f"task qa needs gold answers; format {source.get('format')!r} has none")
+            gold = pl.DataFrame(schema=_GOLD_SCHEMA)
+        gold = gold.filter(pl.col("query_id").is_in(list(known)))
+        write_table(gold.sort("query_id", maintain_order=True), out_gold, "answers_gold", params, **meta)

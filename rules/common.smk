@@ -57,7 +57,7 @@ def candidate_source_files(wildcards):
     """The input files a dataset's candidates come from (so Snakemake tracks them)."""
     src = config["datasets"][wildcards.dataset]["candidates"]
     fmt = src["format"]
-    if fmt == "rank_llm_json":
+    if fmt in ("rank_llm_json", "ircot_jsonl", "hotpotqa_json", "rm_bench_json", "responses_jsonl"):
         return {"candidates_src": src["path"]}
     if fmt == "trec_run":
         return {"run": src["run"]}
@@ -68,7 +68,9 @@ def candidate_source_files(wildcards):
 
 def qrels_input(wildcards):
     """The qrels file to track ({} for ir_datasets ids, which live in ir_datasets' cache)."""
-    src = config["datasets"][wildcards.dataset]["qrels"]
+    src = config["datasets"][wildcards.dataset].get("qrels")
+    if not src:  # self-judged candidates formats carry their own labels
+        return {}
     return {} if src["format"] == "irds" else {"qrels_src": qrels_source_file(wildcards)}
 
 
@@ -104,6 +106,18 @@ def metrics_files():
 def run_variant(wildcards):
     """(variant name, training seed or None) of a scoring run."""
     return RUNS[wildcards.variant]
+
+
+def metrics_inputs(wildcards):
+    """scores + qrels; QA datasets add the reader's answers and the gold answers."""
+    inputs = {
+        "scores": f"results/scores/{wildcards.variant}/{wildcards.dataset}.parquet",
+        "qrels": f"results/{wildcards.dataset}/qrels.parquet",
+    }
+    if config["datasets"][wildcards.dataset]["task"] == "qa":
+        inputs["answers"] = f"results/answers/{wildcards.variant}/{wildcards.dataset}.parquet"
+        inputs["gold"] = f"results/{wildcards.dataset}/answers_gold.parquet"
+    return inputs
 
 
 def score_inputs(wildcards):

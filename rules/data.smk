@@ -17,3 +17,22 @@ rule generate_synthetic:
         "logs/generate_synthetic/{collection}.log",
     script:
         "../scripts/generate_synthetic.py"
+
+
+SYNTHETIC_TASKS = list(config.get("synthetic_tasks") or {})
+
+
+rule generate_synthetic_task:
+    output:
+        "resources/datasets/{taskset}/{split}/{kind}.jsonl",
+    wildcard_constraints:
+        taskset="|".join(re.escape(n) for n in SYNTHETIC_TASKS) or "(?!x)x",
+        kind="questions|responses",
+    params:
+        spec=lambda wc: rule_params(config["synthetic_tasks"][wc.taskset]),
+    conda:
+        "../envs/cpu.yaml"
+    log:
+        "logs/generate_synthetic_task/{taskset}/{split}/{kind}.log",
+    script:
+        "../scripts/generate_synthetic_task.py"

@@ -8,6 +8,7 @@ rule build_fixture:
     output:
         candidates="results/{dataset}/candidates.parquet",
         qrels="results/{dataset}/qrels.parquet",
+        gold="results/{dataset}/answers_gold.parquet",
     params:
         dataset_config=lambda wc: config["datasets"][wc.dataset],
         meta=lambda wc: rule_params(config["datasets"][wc.dataset]),

