@@ -213,7 +213,7 @@ def _draw_pair(ax, ex: ExamplePair, grades: dict[str, int], threshold: float, ma
 
 
 def _draw_variants(ax, points: pl.DataFrame, k: int) -> None:
-    ax.set_title(f"(b) Variants: ranking quality vs decision stability\n(random shuffles, mean over datasets)",
+    ax.set_title("(b) Variants: ranking quality vs decision stability\n(random shuffles, mean over datasets)",
                  fontsize=10)
     ax.set_xlabel(f"nDCG@{k} (higher = better ranking)")
     ax.set_ylabel("retained-set Jaccard between shuffles\n(higher = more stable decisions)")

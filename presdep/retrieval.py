@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 from tqdm import tqdm
 

@@ -168,6 +168,22 @@ def atomic_path(path: Path):
     return Path(tmp)
 
 
+def atomic_write(path: str | os.PathLike, writer) -> Path:
+    """Call ``writer(tmp_path)`` on a temporary sibling, then rename it onto ``path``.
+
+    A crash at any point leaves either the old file or the new one, never a torn one.
+    """
+    path = Path(path)
+    tmp = atomic_path(path)
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
 def write_table(
     df: pl.DataFrame,
     path: str | os.PathLike,
@@ -180,14 +196,7 @@ def write_table(
     table = _check(df, kind, str(path))
     meta = provenance(kind, params, **extra_meta)
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True, default=str)})
-    tmp = atomic_path(path)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_table(path: str | os.PathLike, kind: str) -> pl.DataFrame:
@@ -214,24 +223,8 @@ def read_metadata(path: str | os.PathLike) -> dict:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically (tables, reports, yaml)."""
-    path = Path(path)
-    tmp = atomic_path(path)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    path = Path(path)
-    tmp = atomic_path(path)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))

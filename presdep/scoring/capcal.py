@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from presdep import __version__
-from presdep.schemas import METADATA_KEY, SchemaError, atomic_path
+from presdep.schemas import METADATA_KEY, SchemaError, atomic_write
 
 EPS = 1e-6
 PRIOR_KIND = "capcal_prior"
@@ -80,14 +80,7 @@ def write_prior(path: str | os.PathLike, q: np.ndarray, **meta: Any) -> Path:
     table = pa.table(cols, schema=_PRIOR_SCHEMA)
     md = {"presdep_version": __version__, "kind": PRIOR_KIND, "B": int(len(q)), **meta}
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(md, sort_keys=True, default=str)})
-    tmp = atomic_path(path)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_prior(path: str | os.PathLike) -> tuple[np.ndarray, dict]:

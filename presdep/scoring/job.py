@@ -31,9 +31,10 @@ def score_dataset_files(
         torch.set_num_threads(int(threads))
     variant = copy.deepcopy(dict(variant))
     if model_dir:
-        # A fetched model is a local directory from here on; keep the original spec for provenance.
-        variant["model_source"] = variant.get("model")
-        variant["model"] = {"source": "local", "path": str(model_dir)}
+        # A fetched model is a local directory from here on; its config name and spec stay in
+        # the description, so CapCal can check that its cached prior belongs to this model.
+        spec = variant.get("model") if isinstance(variant.get("model"), dict) else {}
+        variant["model"] = {**spec, "name": variant.get("model_name"), "path": str(model_dir)}
     if selected_path:
         # A trained variant: the LoRA adapter that lambda selection chose for this seed.
         from presdep.training.select import adapter_for

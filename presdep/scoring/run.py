@@ -34,8 +34,8 @@ from presdep.presentations import (
     stable_seed,
     within_chunk,
 )
-from presdep.schemas import SCHEMAS, atomic_path, write_table
-from presdep.scoring import GradeReadout, make_scorer
+from presdep.schemas import SCHEMAS, atomic_write, write_table
+from presdep.scoring import make_scorer
 from presdep.scoring.template import prepare_doc
 
 log = logging.getLogger(__name__)
@@ -258,13 +258,7 @@ def _partial_name(qid: str) -> str:
 
 
 def _write_ipc_atomic(df: pl.DataFrame, path: Path) -> None:
-    tmp = atomic_path(path)
-    try:
-        df.write_ipc(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, df.write_ipc)
 
 
 def score_dataset(
@@ -345,9 +339,7 @@ def score_dataset(
         shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
     if not fp_file.exists():
-        tmp = atomic_path(fp_file)
-        tmp.write_text(fp_text)
-        os.replace(tmp, fp_file)
+        atomic_write(fp_file, lambda tmp: tmp.write_text(fp_text))
 
     groups = {qid: g for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
     done = {q for q in qids if (partial / _partial_name(q)).exists()}

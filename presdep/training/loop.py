@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import polars as pl
@@ -40,7 +40,6 @@ from presdep.presentations import chunk_positions, random_shuffle, stable_seed
 from presdep.schemas import write_text_atomic
 from presdep.training.lora import add_lora, adapter_state, load_adapter_state, save_adapter
 from presdep.training.objectives import (
-    TrainChunk,
     build_chunks,
     make_objective,
     slot_propensity_weights,
@@ -380,15 +379,9 @@ def train_student(
 
 
 def _write_parquet_atomic(df: pl.DataFrame, path: Path) -> None:
-    from presdep.schemas import atomic_path
+    from presdep.schemas import atomic_write
 
-    tmp = atomic_path(path)
-    try:
-        df.write_parquet(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, df.write_parquet)
 
 
 def train_student_files(

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
-from presdep import __version__
 from presdep.presentations import chunk_positions, random_shuffle, stable_seed
 from presdep.schemas import write_table
 from presdep.scoring.template import prepare_doc
