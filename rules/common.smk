@@ -36,6 +36,9 @@ RUNS = {
 }
 SYNTHETIC = list(config.get("synthetic") or {})
 PRESDEP_VERSION = presdep.__version__
+# Threads of model jobs (scoring, training, the CapCal prior). Locally Snakemake scales a
+# job's threads down to --cores; on a cluster set-threads in the profile decides.
+MODEL_THREADS = 8
 
 
 def _alternatives(names):
@@ -144,7 +147,7 @@ def _scorer_of(wildcards):
 
 
 def _score_threads(wildcards):
-    return 1 if _scorer_of(wildcards) in ("identity", "hosted") else workflow.cores
+    return 1 if _scorer_of(wildcards) in ("identity", "hosted") else MODEL_THREADS
 
 
 # --- BM25 first stage (rules/retrieval.smk) ---

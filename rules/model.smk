@@ -42,7 +42,7 @@ rule capcal_prior:
         "logs/capcal_prior/{model}/B{B}.log",
     benchmark:
         "benchmarks/out/capcal_prior/{model}/B{B}.tsv"
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         mem_mb=lambda wc: int(_model_spec(wc).get("mem_mb", 4000)),
         runtime=30,

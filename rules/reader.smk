@@ -35,7 +35,7 @@ rule read_answers:
         "logs/read_answers/{variant}/{dataset}.log",
     benchmark:
         "benchmarks/out/read_answers/{variant}/{dataset}.tsv"
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         mem_mb=int(READER_SPEC.get("mem_mb", 4000)),
         runtime=240,

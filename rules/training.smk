@@ -18,7 +18,7 @@ rule silver_labels:
         "logs/silver_labels/{teacher}/{dataset}.log",
     benchmark:
         "benchmarks/out/silver_labels/{teacher}/{dataset}.tsv"
-    threads: lambda wc: workflow.cores if _is_open_weight(wc) else 1
+    threads: lambda wc: MODEL_THREADS if _is_open_weight(wc) else 1
     resources:
         mem_mb=lambda wc: 8000 if _is_open_weight(wc) else 2000,
         runtime=lambda wc: 240 if _is_open_weight(wc) else 600,
@@ -48,7 +48,7 @@ rule train_student:
         "logs/train_student/{student}/seed{seed}.log",
     benchmark:
         "benchmarks/out/train_student/{student}/seed{seed}.tsv"
-    threads: lambda wc: 4 if _on_gpu(wc) else workflow.cores
+    threads: lambda wc: 4 if _on_gpu(wc) else MODEL_THREADS
     resources:
         gpu=lambda wc: 1 if _on_gpu(wc) else 0,
         mem_mb=lambda wc: 32000 if _on_gpu(wc) else 8000,

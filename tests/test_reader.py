@@ -217,11 +217,9 @@ def test_job_writes_the_answers_contract(tiny, tokenizer, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_smollm2_reads_synthetic_questions(tmp_path):
+def test_real_smollm2_reads_synthetic_questions(tmp_path, smollm2_model_dir):
     """The real reader on the 8 synthetic bridge questions given their two supporting paragraphs."""
-    model_dir = Path(os.environ.get("PRESDEP_SMOLLM2_DIR") or REPO / "resources" / "models" / "smollm2")
-    if not (model_dir / "model.safetensors").exists():
-        pytest.skip(f"no fetched SmolLM2 at {model_dir}")
+    model_dir = smollm2_model_dir
     from presdep.data.hotpotqa import read_hotpotqa_ircot
     from presdep.data.synthetic_tasks import SyntheticTaskSpec, generate
     from presdep.metrics.qa import f1_score

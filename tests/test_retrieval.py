@@ -349,13 +349,29 @@ def test_snakemake_rules_run_end_to_end(java_ok: Path, tmp_path: Path) -> None:
                     "index": "shared",
                 },
             },
-            "other": {"task": "rerank", "candidates": {"format": "rank_llm", "path": "x.json"}},
+            # a dataset whose candidates come from a file, not from BM25
+            "other": {
+                "task": "rerank",
+                "candidates": {"format": "rank_llm_json", "path": "x.json"},
+                "qrels": {"format": "beir", "path": "data"},
+            },
         }
     }
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (tmp_path / "Snakefile").write_text(f'configfile: "config.yaml"\ninclude: "{REPO / "rules" / "retrieval.smk"}"\n')
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--directory", str(tmp_path), "-s", str(tmp_path / "Snakefile")]
+    for name in ("tiny", "tiny2"):
+        cfg["datasets"][name]["qrels"] = {"format": "beir", "path": "data"}
+    cfg["variants"] = {"bm25": {"scorer": "identity"}}
+    cfg["synthetic"] = {}
+    # The real workflow (a scratch copy), so the rules see the same helpers and config checks.
+    from workflow_utils import scratch_workflow
+
+    (tmp_path / "wf").mkdir()
+    work = scratch_workflow(tmp_path / "wf")
+    (work / "data").symlink_to(tmp_path / "data")
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    tmp_path = work
+    env = dict(os.environ)
+    # --configfile takes several values: it goes first, so targets after the options stay targets.
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", str(work / "config.yaml"), "--cores", "2", "--directory", str(work), "-s", str(work / "Snakefile")]
     target = "results/tiny/first_stage.parquet"
     proc = subprocess.run([*cmd, target, "results/tiny2/first_stage.parquet"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

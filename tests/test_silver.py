@@ -13,7 +13,6 @@ from presdep.scoring import GradeReadout
 from presdep.training.silver import silver_labels, silver_labels_files, teacher_orders
 
 REPO = Path(__file__).resolve().parents[1]
-TOKENIZER_DIR = REPO / "resources" / "models" / "smollm2"
 
 
 def candidates(n_q=3, n_d=7):
@@ -87,15 +86,13 @@ def test_mock_hosted_teacher_file_is_labelled(tmp_path):
     assert set(df["score"].to_list()) <= {0.0, 1.0, 2.0, 3.0}
 
 
-def test_open_weight_teacher_on_a_tiny_model(tmp_path):
-    if not (TOKENIZER_DIR / "tokenizer.json").exists():
-        pytest.skip("SmolLM2 tokenizer not fetched")
+def test_open_weight_teacher_on_a_tiny_model(tmp_path, smollm2_model_dir):
     from transformers import AutoTokenizer
 
     from presdep.training.lora import tiny_causal_lm
     from presdep.training.readout_grad import ReadoutScorer
 
-    tok = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    tok = AutoTokenizer.from_pretrained(smollm2_model_dir)
     scorer = ReadoutScorer(tiny_causal_lm(tok, 1), tok, max_doc_chars=50)
     cp = tmp_path / "c.parquet"
     write_table(candidates(2, 3), cp, "candidates")

@@ -26,16 +26,13 @@ from presdep.training.readout_grad import GradReadout
 from presdep.training.select import select_lambda
 
 REPO = Path(__file__).resolve().parents[1]
-TOKENIZER_DIR = REPO / "resources" / "models" / "smollm2"
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    if not (TOKENIZER_DIR / "tokenizer.json").exists():
-        pytest.skip(f"SmolLM2 tokenizer not fetched ({TOKENIZER_DIR.relative_to(REPO)}; run the fetch rule)")
+def tokenizer(smollm2_model_dir):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    return AutoTokenizer.from_pretrained(smollm2_model_dir)
 
 
 def toy_data(n_queries=2, n_docs=4, all_relevant=False):
@@ -180,9 +177,9 @@ _CHILD = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_killed_training_resumes_to_the_same_adapter(tokenizer, tmp_path):
+def test_killed_training_resumes_to_the_same_adapter(tokenizer, smollm2_model_dir, tmp_path):
     script = tmp_path / "child.py"
-    script.write_text(_CHILD.format(tests=str(Path(__file__).parent), tok=str(TOKENIZER_DIR)))
+    script.write_text(_CHILD.format(tests=str(Path(__file__).parent), tok=str(smollm2_model_dir)))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
 
     def run(out, kill_at):
