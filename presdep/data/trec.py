@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import polars as pl
 
@@ -28,19 +29,11 @@ def read_topics(path: str | Path) -> dict[str, str]:
     return topics
 
 
-def read_qrels(path: str | Path) -> pl.DataFrame:
-    """``qid iter docid grade`` per line -> the qrels contract (query_id, doc_id, relevance)."""
+def qrels_frame(path: str | Path, rows: Iterable[tuple[int, str, str, str]]) -> pl.DataFrame:
+    """(line number, qid, docid, grade text) rows -> the qrels contract, refusing bad grades and repeats."""
     qids, dids, rels = [], [], []
     seen: set[tuple[str, str]] = set()
-    for number, line in text_lines(path):
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) != 4:
-            raise InputFormatError(
-                path, f"line {number}", f"expected 4 columns 'qid 0 docid grade', got {len(parts)}: {line[:80]!r}"
-            )
-        qid, _, did, grade = parts
+    for number, qid, did, grade in rows:
         try:
             rel = int(grade)
         except ValueError:
@@ -57,6 +50,23 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
         {"query_id": qids, "doc_id": dids, "relevance": rels},
         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32},
     )
+
+
+def read_qrels(path: str | Path) -> pl.DataFrame:
+    """``qid iter docid grade`` per line -> the qrels contract (query_id, doc_id, relevance)."""
+
+    def rows():
+        for number, line in text_lines(path):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 4:
+                raise InputFormatError(
+                    path, f"line {number}", f"expected 4 columns 'qid 0 docid grade', got {len(parts)}: {line[:80]!r}"
+                )
+            yield number, parts[0], parts[2], parts[3]
+
+    return qrels_frame(path, rows())
 
 
 def read_run(path: str | Path) -> pl.DataFrame:
