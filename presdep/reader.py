@@ -27,6 +27,9 @@ For every (perturbation, query, presentation) of a QA ``scores`` file:
    "Answer:" label, surrounding quotes/asterisks and a trailing full stop
    removed (:func:`clean_answer`). SQuAD normalisation is left to the metrics.
 
+6. finished batches are flushed to ``<out>.partial/``, so a killed job resumes
+   and writes the file an uninterrupted run would have written.
+
 The reader prompt is part of the method: :data:`READER_PROMPT` and its sha256 go
 into the output's metadata.
 """
@@ -34,18 +37,24 @@ into the output's metadata.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
+from presdep import __version__
 from presdep.metrics.compute import CANONICAL, build_blocks
 from presdep.metrics.decisions import tune_threshold
 from presdep.metrics.quality import qrels_to_dict, trec_order
+from presdep.resume import partial_dir, resume_dir
+from presdep.schemas import write_text_atomic
 from presdep.scoring.template import prepare_doc
 
 log = logging.getLogger(__name__)
@@ -133,6 +142,14 @@ def clean_answer(text: str) -> str:
         line = cut
 
 
+def _batch_name(batch: Sequence[tuple[int, ...]]) -> str:
+    """A file name that changes with any token of any prompt of the batch."""
+    h = hashlib.sha256()
+    for k in batch:
+        h.update(np.asarray(k, dtype=np.int64).tobytes() + b"|")
+    return "batch-" + h.hexdigest()[:40] + ".json"
+
+
 class FrozenReader:
     """Greedy, deterministic, batched answers from a chat model (transformers)."""
 
@@ -158,8 +175,15 @@ class FrozenReader:
         # The chat template writes any special tokens itself.
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def generate(self, prompts: Sequence[Sequence[int]], progress: bool = False) -> list[str]:
-        """Decoded continuations, one per prompt; duplicates are generated once."""
+    def generate(self, prompts: Sequence[Sequence[int]], progress: bool = False,
+                 done_dir: str | os.PathLike | None = None) -> list[str]:
+        """Decoded continuations, one per prompt; duplicates are generated once.
+
+        With ``done_dir``, each finished batch is flushed there (atomically) and
+        batches already there are reused: a killed job resumes where it stopped.
+        The batches are cut from the whole prompt list before any is skipped, so
+        a resumed run batches (and pads) exactly as an uninterrupted one.
+        """
         import torch
         from tqdm.auto import tqdm
         from transformers import GenerationConfig
@@ -173,22 +197,40 @@ class FrozenReader:
         device = next(self.model.parameters()).device
         done: dict[tuple[int, ...], str] = {}
         batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
-        for batch in tqdm(batches, desc="read", unit="batch", disable=not progress):
-            width = max(len(k) for k in batch)
-            ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, k in enumerate(batch):  # left padding: every prompt ends where generation starts
-                ids[r, width - len(k):] = torch.tensor(k, dtype=torch.long)
-                mask[r, width - len(k):] = 1
-            with torch.inference_mode():
-                out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gen)
-            for r, k in enumerate(batch):
-                done[k] = self.tokenizer.decode(out[r, width:].tolist(), skip_special_tokens=True)
+        files = [Path(done_dir) / _batch_name(b) for b in batches] if done_dir is not None else [None] * len(batches)
+        reused = 0
+        for batch, path in zip(batches, files):
+            if path is not None and path.exists():
+                done.update(zip(batch, json.loads(path.read_text(encoding="utf-8"))))
+                reused += 1
+        if reused:
+            log.info("resuming: %d of %d batches were answered by an earlier run", reused, len(batches))
+        with tqdm(total=len(batches), initial=reused, desc="read", unit="batch", disable=not progress) as bar:
+            for batch, path in zip(batches, files):
+                if batch[0] in done:
+                    continue
+                width = max(len(k) for k in batch)
+                ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for r, k in enumerate(batch):  # left padding: every prompt ends where generation starts
+                    ids[r, width - len(k):] = torch.tensor(k, dtype=torch.long)
+                    mask[r, width - len(k):] = 1
+                with torch.inference_mode():
+                    out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                              generation_config=gen)
+                texts = [self.tokenizer.decode(out[r, width:].tolist(), skip_special_tokens=True)
+                         for r in range(len(batch))]
+                done.update(zip(batch, texts))
+                if path is not None:
+                    write_text_atomic(path, json.dumps(texts))
+                bar.update(1)
         return [done[k] for k in keys]
 
-    def answer(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False) -> list[str]:
+    def answer(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False,
+               done_dir: str | os.PathLike | None = None) -> list[str]:
         """Cleaned answers for (question, paragraphs in order) items."""
-        return [clean_answer(t) for t in self.generate([self.prompt_ids(q, ps) for q, ps in items], progress)]
+        prompts = [self.prompt_ids(q, ps) for q, ps in items]
+        return [clean_answer(t) for t in self.generate(prompts, progress, done_dir)]
 
     def describe(self) -> dict:
         return {
@@ -207,6 +249,7 @@ def read_answers(
     threshold: float | None = None,
     order: str = "presented",
     progress: bool = False,
+    done_dir: str | os.PathLike | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """The ``answers`` table (query_id, perturbation, presentation, answer) and run facts."""
     t, contexts = retained_contexts(scores, qrels, threshold, order)
@@ -220,7 +263,7 @@ def read_answers(
         if missing:
             raise ValueError(f"scores name doc(s) {missing[:3]} of query {c.query_id!r} that are not in the candidates")
         items.append((questions[c.query_id], [texts[(c.query_id, d)] for d in c.doc_ids]))
-    answers = reader.answer(items, progress=progress)
+    answers = reader.answer(items, progress=progress, done_dir=done_dir)
     fallbacks = sum(c.fallback for c in contexts)
     if fallbacks:
         log.warning("%d of %d presentations retained nothing at t* = %.6g; the top-scored paragraph was read instead",
@@ -264,9 +307,17 @@ def read_answers_files(
     model, tok = load_model(str(model_dir), device=cfg["device"], dtype=cfg["dtype"])
     reader = FrozenReader(model, tok, max_new_tokens=int(cfg["max_new_tokens"]),
                           batch_size=int(cfg["batch_size"]), max_doc_chars=max_doc_chars)
+    # Finished batches survive a kill; they depend on the model, the decoding and
+    # the batching (padding), never on which presentation asked for a prompt.
+    param = next(model.parameters())
+    fingerprint = json.dumps({
+        "presdep_version": __version__, "reader": reader.describe(), "batch_size": reader.batch_size,
+        "device": str(param.device), "dtype": str(param.dtype), "model_files": _files_identity(model_dir),
+    }, sort_keys=True, default=str)
+    done_dir = resume_dir(partial_dir(out_path), fingerprint)
     answers, facts = read_answers(
         read_table(scores_path, "scores"), read_table(qrels_path, "qrels"), read_table(candidates_path, "candidates"),
-        reader, threshold=cfg.get("threshold"), order=cfg["context_order"], progress=True,
+        reader, threshold=cfg.get("threshold"), order=cfg["context_order"], progress=True, done_dir=done_dir,
     )
     log.info("answered %d presentations (%d distinct prompts), t* = %.6g, %d fallback(s)",
              facts["presentations"], facts["unique_prompts"], facts["threshold"], facts["fallbacks"])
@@ -277,7 +328,14 @@ def read_answers_files(
         reader=reader.describe(), facts=facts,
         scores_params=source.get("params"), template_sha256=source.get("template_sha256"),
     )
+    shutil.rmtree(done_dir)
     return answers
+
+
+def _files_identity(model_dir: str | os.PathLike) -> list[tuple[str, int, int]]:
+    """(name, size, mtime) of every file of a model directory: changes when the weights are replaced."""
+    root = Path(model_dir)
+    return sorted((str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns) for f in root.rglob("*") if f.is_file())
 
 
 __all__ = [

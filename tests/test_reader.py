@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +25,7 @@ from presdep.reader import (
     retained_contexts,
 )
 from presdep.schemas import read_metadata, read_table, write_table
+from kill_utils import kill_then_resume
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,7 +145,7 @@ class _TitleReader:
     def __init__(self):
         self.calls = []
 
-    def answer(self, items, progress=False):
+    def answer(self, items, progress=False, done_dir=None):
         self.calls.append(items)
         return [ps[0].split(":")[0] for _, ps in items]
 
@@ -214,6 +219,65 @@ def test_job_writes_the_answers_contract(tiny, tokenizer, tmp_path):
     assert meta["reader"]["prompt_sha256"] == READER_PROMPT_SHA256
     assert meta["facts"]["fallbacks"] == 1 and math.isclose(meta["facts"]["threshold"], 1.95)
     assert not list(out.parent.glob(".*.tmp")), "written atomically"
+
+
+# Reads every permutation of three paragraphs for four questions (t* = 0 keeps all),
+# slowing each generate() call down so the test can kill the job part-way.
+SLOW_READ = textwrap.dedent(
+    """
+    import sys, time
+    import transformers
+    from presdep.reader import read_answers_files
+
+    calls = []
+    original = transformers.GenerationMixin.generate
+
+    def slow(self, *a, **kw):
+        calls.append(kw["input_ids"].shape[0])
+        time.sleep(float(sys.argv[3]))
+        return original(self, *a, **kw)
+
+    transformers.GenerationMixin.generate = slow
+    d = sys.argv[1]
+    read_answers_files(scores_path=d + "/s.parquet", qrels_path=d + "/q.parquet", candidates_path=d + "/c.parquet",
+                       out_path=sys.argv[2], model_dir=d + "/model", max_doc_chars=100, threads=1,
+                       reader_config={"max_new_tokens": 3, "batch_size": 2, "device": "cpu", "threshold": 0.0})
+    print(len(calls))
+    """
+)
+
+
+def test_killed_reader_resumes_with_an_identical_file(tiny, tokenizer, tmp_path):
+    tiny.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    rows, cands = [], []
+    for q in range(4):
+        docs = [f"q{q}d{i}" for i in range(3)]
+        cands += [(f"q{q}", f"Question {q}?", d, f"Doc {d}: text {q * 3 + i}", i + 1) for i, d in enumerate(docs)]
+        rows += [(f"q{q}", d, "canonical", 0, i, 1.0) for i, d in enumerate(docs)]
+        for m, perm in enumerate(itertools.permutations(range(3))):
+            rows += [(f"q{q}", docs[i], "random_shuffle", m, pos, 1.0) for pos, i in enumerate(perm)]
+    c = pl.DataFrame(cands, schema=["query_id", "query", "doc_id", "doc", "first_stage_rank"], orient="row")
+    c = c.with_columns(pl.col("first_stage_rank").cast(pl.Int32), first_stage_score=pl.lit(1.0))
+    write_table(_scores(rows), tmp_path / "s.parquet", "scores")
+    write_table(c, tmp_path / "c.parquet", "candidates")
+    write_table(pl.DataFrame({"query_id": [f"q{q}" for q in range(4)], "doc_id": [f"q{q}d0" for q in range(4)],
+                              "relevance": [1] * 4}, schema={"query_id": pl.String, "doc_id": pl.String,
+                                                             "relevance": pl.Int32}), tmp_path / "q.parquet", "qrels")
+    script = tmp_path / "read.py"
+    script.write_text(SLOW_READ)
+    ref, out = tmp_path / "ref.parquet", tmp_path / "out.parquet"
+    # 4 questions x 6 orders = 24 distinct prompts (the canonical order repeats one): 12 batches of 2.
+    first = subprocess.run([sys.executable, str(script), str(tmp_path), str(ref), "0"], check=True,
+                           capture_output=True, text=True)
+    assert int(first.stdout.split()[-1]) == 12
+
+    n_done, stdout = kill_then_resume(
+        [sys.executable, str(script), str(tmp_path), str(out), "0.5"],
+        [sys.executable, str(script), str(tmp_path), str(out), "0"], out, "batch-*.json", 3, 12)
+    assert int(stdout.split()[-1]) == 12 - n_done, "only the unfinished batches are generated again"
+    assert read_table(out, "answers").equals(read_table(ref, "answers"))
+    assert out.read_bytes() == ref.read_bytes()
 
 
 @pytest.mark.slow

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import polars as pl
@@ -19,6 +16,7 @@ from presdep.schemas import read_metadata, read_table
 from presdep.scoring import GradeReadout
 from presdep.scoring.run import score_dataset
 from presdep.scoring.template import load_template
+from kill_utils import kill_then_resume
 
 
 def make_candidates(n_queries: int = 4, n_docs: int = 7) -> pl.DataFrame:
@@ -219,23 +217,11 @@ def test_kill_and_resume_gives_identical_file(tmp_path):
     subprocess.run([sys.executable, str(script), str(cpath), str(ref), "0"], check=True, capture_output=True)
 
     # 10 prompts per query at 20 ms: ~0.2 s per query; kill after 3 queries are flushed.
-    proc = subprocess.Popen([sys.executable, str(script), str(cpath), str(out), "0.02"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    partial = tmp_path / "out.parquet.partial"
-    deadline = time.time() + 60
-    while time.time() < deadline and len(list(partial.glob("q-*.arrow"))) < 3:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    n_done = len(list(partial.glob("q-*.arrow")))
-    assert 3 <= n_done < 12, f"kill came too late or too early: {n_done} queries flushed"
-    assert not out.exists()
-
-    res = subprocess.run([sys.executable, str(script), str(cpath), str(out), "0"], check=True,
-                         capture_output=True, text=True)
+    n_done, stdout = kill_then_resume(
+        [sys.executable, str(script), str(cpath), str(out), "0.02"],
+        [sys.executable, str(script), str(cpath), str(out), "0"], out, "q-*.arrow", 3, 12)
     # Only the unfinished queries were scored again (5 presentations x 2 prompts each).
-    assert int(res.stdout.strip()) == (12 - n_done) * 10
-    assert not partial.exists()
+    assert int(stdout.strip()) == (12 - n_done) * 10
     assert pq.read_table(out).equals(pq.read_table(ref))
     assert read_metadata(out) == read_metadata(ref)
     assert out.read_bytes() == ref.read_bytes()

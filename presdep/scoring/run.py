@@ -34,6 +34,7 @@ from presdep.presentations import (
     stable_seed,
     within_chunk,
 )
+from presdep.resume import partial_dir, resume_dir
 from presdep.schemas import SCHEMAS, atomic_write, write_table
 from presdep.scoring import make_scorer
 from presdep.scoring.template import prepare_doc
@@ -331,15 +332,7 @@ def score_dataset(
         "qrels_sha256": _sha256_frame(qrels.select("query_id", "doc_id", "relevance").sort("query_id", "doc_id")) if qrels is not None else None,
         "capcal_prior_sha256": _file_sha256(capcal_prior_path) if calibrator is not None else None,
     }
-    fp_text = json.dumps(fingerprint, sort_keys=True, default=str)
-    partial = out_path.parent / (out_path.name + ".partial")
-    fp_file = partial / "fingerprint.json"
-    if partial.exists() and (not fp_file.exists() or fp_file.read_text() != fp_text):
-        log.warning("%s: discarding stale partial results (inputs or settings changed)", partial)
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    if not fp_file.exists():
-        atomic_write(fp_file, lambda tmp: tmp.write_text(fp_text))
+    partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
 
     groups = {qid: g for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
     done = {q for q in qids if (partial / _partial_name(q)).exists()}

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from presdep import __version__
 from presdep.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.resume import resume_dir
 from presdep.schemas import write_text_atomic
 from presdep.training.lora import add_lora, adapter_state, load_adapter_state, save_adapter
 from presdep.training.objectives import (
@@ -269,12 +270,7 @@ def train_student(
     start = 0
     fingerprint = _fingerprint(s, B, seed, max_doc_chars, silver, train_candidates, train_qrels,
                                heldout_candidates, heldout_qrels)
-    fp_file = out_dir / "checkpoints" / "fingerprint.json"
-    if (out_dir / "checkpoints").exists() and (not fp_file.exists() or fp_file.read_text() != fingerprint):
-        log.warning("%s: discarding checkpoints of a run with other inputs or settings", out_dir / "checkpoints")
-        shutil.rmtree(out_dir / "checkpoints")
-    if not fp_file.exists():
-        write_text_atomic(fp_file, fingerprint)
+    resume_dir(out_dir / "checkpoints", fingerprint)
     ckpt = latest_checkpoint(out_dir)
     if ckpt is not None:
         state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
