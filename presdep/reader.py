@@ -23,9 +23,10 @@ For every (perturbation, query, presentation) of a QA ``scores`` file:
    short), in left-padded batches. Identical prompts are generated once and
    share the answer, so two presentations that retain the same paragraphs in
    the same order cannot flip through batch composition;
-5. the answer is the first non-empty line of the generated text, with a leading
-   "Answer:" label, surrounding quotes/asterisks and a trailing full stop
-   removed (:func:`clean_answer`). SQuAD normalisation is left to the metrics.
+5. the answer is the first line of the generated text with content after a
+   leading answer label ("Answer:", "The answer is"; a label alone on its line
+   hands over to the next line), surrounding quotes/asterisks and a trailing
+   full stop removed (:func:`clean_answer`). SQuAD normalisation is left to the metrics.
 
 6. finished batches are flushed to ``<out>.partial/``, so a killed job resumes
    and writes the file an uninterrupted run would have written.
@@ -128,13 +129,21 @@ def render_prompt(question: str, paragraphs: Sequence[str], max_doc_chars: int |
     return READER_PROMPT.format(paragraphs="\n".join(lines), question=prepare_doc(question, None))
 
 
-_LABEL = re.compile(r"^\s*(?:final\s+answer|answer)\s*[:\-]\s*", re.IGNORECASE)
+# "Answer:", "Final answer -", "The answer is", "The answer is:" (a label, not the answer).
+_LABEL = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*[:\-]?|\s*[:\-])\s*", re.IGNORECASE)
 
 
 def clean_answer(text: str) -> str:
-    """First non-empty line, without an "Answer:" label, quotes/asterisks or a trailing full stop."""
-    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
-    line = _LABEL.sub("", line)
+    """The first line with content after an answer label ("Answer:", "The answer is"),
+    without surrounding quotes/asterisks or a trailing full stop.
+
+    A label alone on its line ("The answer is:\n2016") hands over to the next line.
+    """
+    line = ""
+    for raw in text.splitlines():
+        line = _LABEL.sub("", raw.strip().lstrip("*#> ")).strip()  # markdown before a label
+        if line:
+            break
     while True:  # quotes, asterisks and trailing full stops, in any nesting
         cut = line.strip().strip("\"'`*").strip().rstrip(".")
         if cut == line:

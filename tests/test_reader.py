@@ -64,6 +64,14 @@ def test_clean_answer():
     assert clean_answer("final answer - **1,200 seats**") == "1,200 seats"
     assert clean_answer("") == "" and clean_answer(" \n ") == ""
     assert clean_answer("U.S.") == "U.S"
+    # Labels SmolLM2 writes: alone on a line (the answer follows), or before the answer.
+    assert clean_answer("The answer is:\n\n2016\n") == "2016"
+    assert clean_answer("The answer is: **Walt Disney**.") == "Walt Disney"
+    assert clean_answer("The answer is 1,200 seats.") == "1,200 seats"
+    assert clean_answer("Answer:\n") == ""
+    assert clean_answer("**Answer:** Paris\n") == "Paris"
+    assert clean_answer("Answers vary by source") == "Answers vary by source"
+    assert clean_answer("Answering machines") == "Answering machines"
 
 
 def test_render_prompt_order_and_cut():
