@@ -160,10 +160,18 @@ def provenance(kind: str, params: Mapping[str, Any] | None = None, **extra: Any)
     return meta
 
 
+# The process umask, read once at import (reading it means setting it, which is not thread-safe).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def atomic_path(path: Path):
     """A temporary sibling of ``path``; the caller renames it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # mkstemp creates mode 0600; results are shared files, so give them the mode an
+    # ordinary open() would (0666 less the umask), which the rename keeps.
+    os.fchmod(fd, 0o666 & ~_UMASK)
     os.close(fd)
     return Path(tmp)
 

@@ -62,6 +62,26 @@ def test_not_parquet_is_a_clear_error(tmp_path):
         schemas.read_table(path, "qrels")
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
+def test_written_files_get_the_umask_mode_not_a_private_one(tmp_path, umask, mode):
+    """Atomic writes go through a private temporary file; the result still gets the usual mode."""
+    code = textwrap.dedent(
+        f"""
+        import os, sys
+        os.umask({umask})
+        import polars as pl
+        from presdep import schemas
+        schemas.write_table(pl.DataFrame({{"query_id": ["q"], "doc_id": ["d"], "relevance": [1]}},
+                                         schema={{"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32}}),
+                            sys.argv[1] + "/q.parquet", "qrels")
+        schemas.write_text_atomic(sys.argv[1] + "/t.md", "x")
+        """
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    for name in ("q.parquet", "t.md"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == mode, name
+
+
 def test_killed_writer_leaves_old_file_intact(tmp_path):
     """A writer killed mid-way leaves either the old file or the new one, never a torn one."""
     path = tmp_path / "scores.parquet"
