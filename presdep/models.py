@@ -142,6 +142,11 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         raise RuntimeError(f"GGUF weights do not fit the rebuilt model: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
     model.generation_config = src.generation_config
+    _save_model_dir(model, tok, out_dir)
+
+
+def _save_model_dir(model: Any, tok: Any, out_dir: Path) -> None:
+    """Save model and tokenizer into a temporary sibling, then publish it as ``out_dir``."""
     tmp = _atomic_dir(out_dir)
     try:
         model.save_pretrained(tmp)
@@ -174,14 +179,7 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
         kw = {"revision": spec.get("revision")} if spec.get("revision") else {}
         model = AutoModelForCausalLM.from_pretrained(spec["id"], **kw)
         tok = AutoTokenizer.from_pretrained(spec["id"], **kw)
-        tmp = _atomic_dir(out_dir)
-        try:
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            _publish_dir(tmp, out_dir)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+        _save_model_dir(model, tok, out_dir)
     elif source == "local":
         path = Path(spec["path"])
         if path.is_file() and path.suffix == ".gguf":

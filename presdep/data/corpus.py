@@ -17,12 +17,11 @@ Every malformed record is reported with the file and its 1-based line number.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from presdep.data.errors import InputFormatError, text_lines
+from presdep.data.errors import InputFormatError, json_records
 
 CORPUS_FORMATS = ("beir", "jsonl", "irds")
 TOPIC_FORMATS = ("beir", "jsonl", "tsv", "trec", "irds")
@@ -75,20 +74,6 @@ def beir_queries_file(path: str | Path) -> Path:
     return _beir_file(Path(path), "queries")
 
 
-def _json_records(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line; anything but a JSON object is an error."""
-    for number, line in text_lines(path):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputFormatError(path, f"line {number}", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise InputFormatError(path, f"line {number}", f"expected a JSON object, got {type(obj).__name__}")
-        yield number, obj
-
-
 def _pick(obj: dict, keys: tuple[str, ...], path: Path, number: int, what: str, *, allow_empty: bool) -> str:
     for key in keys:
         if key in obj:
@@ -108,7 +93,7 @@ def iter_jsonl_docs(path: str | Path, *, id_keys: tuple[str, ...] = DOC_ID_KEYS,
     """Documents from a JSON-lines file; duplicate ids are an error (Lucene would keep both)."""
     path = Path(path)
     seen: set[str] = set()
-    for number, obj in _json_records(path):
+    for number, obj in json_records(path):
         doc_id = _pick(obj, id_keys, path, number, "document id", allow_empty=False).strip()
         # BEIR has a few documents with an empty text but a title; the field must exist.
         text = _pick(obj, text_keys, path, number, "document text", allow_empty=True)
@@ -142,7 +127,7 @@ def iter_corpus(path: str | Path, fmt: str) -> Iterator[Doc]:
 def read_jsonl_queries(path: str | Path, *, id_keys: tuple[str, ...] = QUERY_ID_KEYS, text_keys: tuple[str, ...] = QUERY_TEXT_KEYS) -> dict[str, str]:
     path = Path(path)
     topics: dict[str, str] = {}
-    for number, obj in _json_records(path):
+    for number, obj in json_records(path):
         qid = _pick(obj, id_keys, path, number, "query id", allow_empty=False).strip()
         text = _pick(obj, text_keys, path, number, "query text", allow_empty=False).strip()
         if qid in topics:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 
 class InputFormatError(ValueError):
@@ -47,3 +48,28 @@ def _open_binary(path: Path):
 def read_text(path: str | Path) -> str:
     """Whole file as UTF-8 text; a bad byte is reported with its line number."""
     return "\n".join(line for _, line in text_lines(path))
+
+
+def json_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; anything but a JSON object is an error."""
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputFormatError(path, f"line {number}", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputFormatError(path, f"line {number}", f"expected a JSON object, got {type(obj).__name__}")
+        yield number, obj
+
+
+def json_list(path: str | Path, expected: str) -> list[Any]:
+    """A whole-file JSON document that must be a list (``expected`` says of what, for the error)."""
+    try:
+        entries = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
+    if not isinstance(entries, list):
+        raise InputFormatError(path, "top level", f"expected a JSON list of {expected}")
+    return entries

@@ -22,14 +22,13 @@ judged). Gold answers (``answers_gold``): one row per distinct gold string
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, read_text, text_lines
+from presdep.data.errors import InputFormatError, json_list, json_records
 
 log = logging.getLogger(__name__)
 
@@ -146,14 +145,8 @@ def _ircot_answers(path, where: str, objects: Any) -> list[str]:
 def read_hotpotqa_ircot(path: str | Path) -> QASet:
     """IRCoT's processed HotpotQA JSONL -> candidates, qrels, gold answers."""
     b = _Builder(path)
-    for number, line in text_lines(path):
-        if not line.strip():
-            continue
+    for number, row in json_records(path):
         where = f"line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputFormatError(path, where, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
         _need(path, where, row, ("question_id", "question_text", "answers_objects", "contexts"), "question")
         qid = str(row["question_id"])
         question = _str(path, where, row["question_text"], "question_text")
@@ -178,12 +171,7 @@ def read_hotpotqa_ircot(path: str | Path) -> QASet:
 
 def read_hotpotqa_json(path: str | Path) -> QASet:
     """The original HotpotQA JSON (distractor or gold-paragraph files) -> the three contracts."""
-    try:
-        entries = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
-    if not isinstance(entries, list):
-        raise InputFormatError(path, "top level", "expected a JSON list of questions")
+    entries = json_list(path, "questions")
     b = _Builder(path)
     for i, row in enumerate(entries):
         where = f"entry {i}"

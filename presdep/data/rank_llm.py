@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, read_text
+from presdep.data.errors import InputFormatError, json_list
 
 _HIT_FIELDS = ("content", "qid", "docid", "rank", "score")
 
 
 def read_rank_llm_json(path: str | Path) -> pl.DataFrame:
     """Candidates with text in the candidates contract, first-stage order as given by ``rank``."""
-    try:
-        entries = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
-    if not isinstance(entries, list):
-        raise InputFormatError(path, "top level", "expected a JSON list of {query, hits} objects")
+    entries = json_list(path, "{query, hits} objects")
     rows: dict[str, list] = {k: [] for k in ("query_id", "query", "doc_id", "doc", "first_stage_rank", "first_stage_score")}
     seen_queries: set[str] = set()
     for i, entry in enumerate(entries):

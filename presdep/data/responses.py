@@ -32,14 +32,13 @@ responses gives n-1 ... 0.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, read_text, text_lines
+from presdep.data.errors import InputFormatError, json_list, json_records
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +113,7 @@ def label_blind_id(prompt_id: str, label: str, index: int) -> str:
 
 def read_rm_bench(path: str | Path) -> ResponseSet:
     """RM-Bench JSON -> candidates (label-blind order) and binary qrels (chosen 1, rejected 0)."""
-    try:
-        entries = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
-    if not isinstance(entries, list):
-        raise InputFormatError(path, "top level", "expected a JSON list of {id, prompt, chosen, rejected} objects")
+    entries = json_list(path, "{id, prompt, chosen, rejected} objects")
     b = _Builder(path)
     clashes = []
     for i, row in enumerate(entries):
@@ -158,16 +152,8 @@ def relevance_from_ranks(ranks: list[int]) -> list[int]:
 def read_response_jsonl(path: str | Path) -> ResponseSet:
     """Generic ``{id?, prompt, responses, ranks, response_ids?}`` JSONL -> candidates and graded qrels."""
     b = _Builder(path)
-    for number, line in text_lines(path):
-        if not line.strip():
-            continue
+    for number, row in json_records(path):
         where = f"line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputFormatError(path, where, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(row, dict):
-            raise InputFormatError(path, where, "expected an object with 'prompt', 'responses', 'ranks'")
         missing = [f for f in ("prompt", "responses", "ranks") if f not in row]
         if missing:
             raise InputFormatError(path, where, f"missing field(s) {missing}; expected prompt, responses, ranks")
