@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml envs/constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: the pinned CPU build; the package itself only asks for a range.
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -c envs/constraints.txt -e ".[retrieval,hosted,slurm,dev]"
+	$(BIN)/python -m pip install --quiet -c envs/constraints.txt -e ".[retrieval,hosted,slurm,dev,bench]"
 	touch $(STAMP)
 
 # The main job (Table 1), plus Figure 1 and the leaderboard's stability analysis built from it.
@@ -30,4 +30,4 @@ test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
 
 clean-results:
-	rm -rf results/*/ results/*.csv results/*.md results/*.svg results/*.png .snakemake/incomplete
+	rm -rf results/*/ results/*.csv results/table1.md results/*.svg results/*.png .snakemake/incomplete

@@ -38,7 +38,7 @@ def main() -> None:
 
     from presdep.models import load_model
     from presdep.training.lora import add_lora, tiny_causal_lm
-    from presdep.training.objectives import OCSFT, TrainChunk
+    from presdep.training.objectives import OCSFT, QueryList
     from presdep.training.readout_grad import GradReadout
 
     model_dir = Path(args.model_dir)
@@ -54,25 +54,26 @@ def main() -> None:
     if model.device.type == "cuda":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
-    model = add_lora(model, {"r": 8, "alpha": 16, "dropout": 0.05}, seed=1)
+    model = add_lora(model, {"r": 16, "alpha": 32, "dropout": 0.05,
+                             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]}, seed=1)
     model.train()
     readout = GradReadout(model, tok, max_doc_chars=1200)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=2e-4)
-    obj = OCSFT(lam=1.0)
+    obj = OCSFT(args.B, [0, 1], lam=1.0)
     docs = tuple(f"Velmora Quintrel{i} was born in the town of Tarnis{i}. Few records of this period survive." for i in range(args.B))
-    chunks = [TrainChunk(f"q{c}", "Where was Velmora Quintrel born?", 0, tuple(f"d{i}" for i in range(args.B)), docs,
+    queries = [QueryList(f"q{c}", "Where was Velmora Quintrel born?", tuple(f"d{i}" for i in range(args.B)), docs,
                          tuple(float(i % 4) for i in range(args.B)), tuple(1.5 for _ in range(args.B)))
-              for c in range(args.batch_chunks)]
+               for c in range(args.batch_chunks)]
     times, tokens = [], []
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        views = [obj.views(c, 0, step) for c in chunks]
-        prompts = [(c.query, [c.docs[i] for i in v]) for c, cv in zip(chunks, views) for v in cv]
+        items = obj.items(queries, step)  # one B-chunk per query, two in-chunk views
+        prompts = [(queries[it.query].query, [queries[it.query].docs[i] for i in v]) for it in items for v in it.views]
         built = readout.build(prompts)
         flat = readout.expected_from_built(built)
-        scores = [flat[2 * k : 2 * k + 2] for k in range(len(chunks))]
-        loss, _ = obj.loss(chunks, views, scores, step)
+        scores = [flat[2 * k : 2 * k + 2] for k in range(len(items))]
+        loss, _ = obj.loss(queries, items, scores, step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -88,7 +89,7 @@ def main() -> None:
         "device": str(model.device),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
-        "prompts_per_step": len(chunks) * obj.n_views,
+        "prompts_per_step": 2 * len(queries),
         "B": args.B,
         "tokens_per_step": statistics.mean(tokens),
         "seconds_per_step": round(sps, 4),

@@ -11,6 +11,7 @@ from presdep import __version__
 
 # Modules that add subcommands through a `register(subparsers)` function.
 _COMMAND_MODULES = (
+    "presdep.bench.cli",
     "presdep.data.synthetic_cli",
     "presdep.metrics.cli",
     "presdep.stability_cli",

@@ -1,11 +1,14 @@
 """Figure 1: equal ranking quality, different decisions.
 
-(a) One query, the same candidates in two random-shuffle presentations whose
-    nDCG@10 is equal (or nearest to equal): each column lists the output ranking,
-    filled boxes are retained by the frozen threshold t*, red outlines mark docs
-    retained in one presentation but not the other.
-(b) Each variant as a point: nDCG@10 against retained-set Jaccard between
-    random shuffles (aggregate rows; mean over seeds, then over datasets).
+(a) One test-half query, the same candidates in two decision presentations
+    (random shuffles; BSC ensembles for a BSC run) whose nDCG@10 is equal (or
+    nearest to equal): each column lists the output ranking (ties by presented
+    position), filled boxes are retained by the frozen threshold t* read from the
+    run's threshold artifact, red outlines mark docs retained in one presentation
+    but not the other.
+(b) Each variant as a point: nDCG@10 of the first-stage pass (the quality cell)
+    against retained-set Jaccard between random shuffles (aggregate rows; mean
+    over datasets within a seed, then over seeds).
 
 matplotlib is driven through its object API with the Agg canvas (no pyplot, no
 global backend switch); files are written atomically.
@@ -28,10 +31,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from presdep.metrics.compute import build_blocks
-from presdep.metrics.quality import ndcg_presentations, qrels_to_dict, trec_order
+from presdep.metrics.quality import evaluate_presentations, presented_order, qrels_to_dict
 from presdep.schemas import write_bytes_atomic
 
 PERTURBATION = "random_shuffle"
+FIRST_STAGE = "first_stage"
 _EQUAL = 1e-9
 _GRADE_COLOURS = ("#d9d9d9", "#9ecae1", "#4292c6", "#08519c")
 _FLIP = "#d62728"
@@ -48,6 +52,8 @@ class ExamplePair:
     doc_ids: list[str]
     scores_a: np.ndarray
     scores_b: np.ndarray
+    positions_a: np.ndarray
+    positions_b: np.ndarray
 
 
 def _jaccard(x: np.ndarray, y: np.ndarray) -> float:
@@ -56,19 +62,26 @@ def _jaccard(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def pick_example(
-    scores: pl.DataFrame, qrels: pl.DataFrame, threshold: float, k: int = 10
+    scores: pl.DataFrame, qrels: pl.DataFrame, threshold: float, k: int = 10,
+    queries: set[str] | None = None,
 ) -> ExamplePair:
     """The pair of random-shuffle presentations (over all queries) with nDCG@k equal within
     1e-9 and the largest retained-set disagreement (pairs at nDCG 0 only as a last resort);
     if no pair is equal, the pair with the smallest nDCG difference (then the largest
-    disagreement). Remaining ties: first query id, first pair."""
+    disagreement). Remaining ties: first query id, first pair. ``queries``: only these
+    (the test half of the threshold split)."""
+    if "perturbation" not in scores.columns:
+        scores = scores.with_columns(pl.lit(PERTURBATION).alias("perturbation"))
     blocks = build_blocks(scores).get(PERTURBATION, [])
-    blocks = [b for b in blocks if b.scores.shape[0] >= 2]
+    blocks = [b for b in blocks if b.scores.shape[0] >= 2 and (queries is None or b.query_id in queries)]
     if not blocks:
         raise ValueError(f"figure 1 needs a query with two or more {PERTURBATION} presentations")
+    if any(b.positions is None for b in blocks):
+        raise ValueError("figure 1 needs the scores' 'position' column (ties are broken by presented position)")
     qd = qrels_to_dict(qrels)
-    ndcg = ndcg_presentations([b.query_id for b in blocks], [b.doc_ids for b in blocks],
-                              [b.scores for b in blocks], qd, k)
+    ndcg = evaluate_presentations([b.query_id for b in blocks], [b.doc_ids for b in blocks],
+                                  [b.scores for b in blocks], [b.positions for b in blocks], qd,
+                                  [f"ndcg@{k}"])[f"ndcg@{k}"]
     best_key, best = None, None
     for b in blocks:
         if b.query_id not in ndcg:
@@ -85,27 +98,32 @@ def pick_example(
                 best_key = key
                 best = ExamplePair(b.query_id, int(b.presentations[i]), int(b.presentations[j]),
                                    float(ndcg[b.query_id][i]), float(ndcg[b.query_id][j]), jac,
-                                   list(b.doc_ids), b.scores[i].copy(), b.scores[j].copy())
+                                   list(b.doc_ids), b.scores[i].copy(), b.scores[j].copy(),
+                                   b.positions[i].copy(), b.positions[j].copy())
     if best is None:
         raise ValueError("figure 1: no query of the example scores has qrels")
     return best
 
 
 def variant_points(metrics: pl.DataFrame, task: str = "rerank", k: int = 10) -> pl.DataFrame:
-    """variant, ndcg, jaccard: aggregate random-shuffle rows, mean over seeds then datasets."""
+    """variant, ndcg, jaccard: nDCG@k of the first-stage pass and Jaccard between random
+    shuffles (aggregate rows), mean over datasets within a seed, then over seeds (Table 1's rule)."""
     ndcg_name = f"ndcg@{k}"
     m = metrics.filter(
         pl.col("query_id").is_null()
-        & (pl.col("perturbation") == PERTURBATION)
-        & pl.col("metric").is_in([ndcg_name, "jaccard"])
+        & (
+            ((pl.col("perturbation") == FIRST_STAGE) & (pl.col("metric") == ndcg_name))
+            | ((pl.col("perturbation") == PERTURBATION) & (pl.col("metric") == "jaccard"))
+        )
         & pl.col("value").is_not_null()
     )
     if "task" in m.columns:
         m = m.filter(pl.col("task") == task)
     if m.height == 0:
         return pl.DataFrame(schema={"variant": pl.String, "ndcg": pl.Float64, "jaccard": pl.Float64})
-    per_ds = m.group_by(["variant", "dataset", "metric"]).agg(pl.col("value").mean())
-    per_var = per_ds.group_by(["variant", "metric"]).agg(pl.col("value").mean())
+    m = m.with_columns(pl.col("seed").fill_null(-1))
+    per_seed = m.group_by(["variant", "seed", "metric"]).agg(pl.col("value").mean())
+    per_var = per_seed.group_by(["variant", "metric"]).agg(pl.col("value").mean())
     wide = per_var.pivot(on="metric", index="variant", values="value")
     for col in (ndcg_name, "jaccard"):
         if col not in wide.columns:
@@ -132,8 +150,8 @@ def shown_ranks(n: int, k: int, cuts: tuple[int, int], max_rows: int) -> list[in
 def _draw_pair(ax, ex: ExamplePair, grades: dict[str, int], threshold: float, max_ranks: int, k: int) -> None:
     n = len(ex.doc_ids)
     cols = []
-    for s in (ex.scores_a, ex.scores_b):
-        order = trec_order(s[None, :], ex.doc_ids)[0]
+    for s, pos in ((ex.scores_a, ex.positions_a), (ex.scores_b, ex.positions_b)):
+        order = presented_order(s, pos)
         cols.append(([ex.doc_ids[i] for i in order], s[order]))
     kept = [set(d for d, v in zip(ids, sc) if v >= threshold) for ids, sc in cols]
     flips = kept[0] ^ kept[1]
@@ -245,11 +263,15 @@ def figure1(
     task: str = "rerank",
     k: int = 10,
     max_ranks: int = 30,
+    queries: set[str] | None = None,
 ) -> ExamplePair:
-    """Draw Figure 1 (see module doc) to ``out_svg`` and ``out_png``; returns the chosen example."""
+    """Draw Figure 1 (see module doc) to ``out_svg`` and ``out_png``; returns the chosen example.
+
+    ``example_scores``: decision presentations (query_id, doc_id, presentation, score,
+    position; a perturbation column is optional)."""
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold}")
-    ex = pick_example(example_scores, example_qrels, threshold, k)
+    ex = pick_example(example_scores, example_qrels, threshold, k, queries)
     grades = qrels_to_dict(example_qrels).get(ex.query_id, {})
     fig = Figure(figsize=(12, 8.5))
     FigureCanvasAgg(fig)
@@ -270,30 +292,39 @@ def figure1_from_files(
     metrics_paths: list[str | Path],
     scores_path: str | Path,
     qrels_path: str | Path,
+    thresholds_path: str | Path,
     out_svg: str | Path,
     out_png: str | Path,
     *,
     variant: str,
     dataset: str,
 ) -> ExamplePair:
-    """The workflow's entry point: the example comes from one (variant, dataset) scores file,
-    drawn at the retention threshold its metrics froze on the canonical presentation."""
+    """The workflow's entry point. ``variant`` is a scoring run key (``off_the_shelf`` or a
+    trained run such as ``oc_sft/seed42``); its example comes from that run's scores file,
+    drawn at the t* of that run's threshold artifact, among the test-half queries. The
+    variant points come from every metrics file (which store the variant name)."""
+    from presdep.metrics.thresholds import read_thresholds
     from presdep.schemas import read_table
+    from presdep.views import decision_presentations
 
+    thr = read_thresholds(thresholds_path)
     metrics = pl.concat([read_table(p, "metrics") for p in metrics_paths], how="vertical")
-    rows = metrics.filter(
-        (pl.col("variant") == variant) & (pl.col("dataset") == dataset)
-        & (pl.col("metric") == "threshold") & pl.col("query_id").is_null() & pl.col("value").is_not_null()
+    on_ds = metrics.filter(pl.col("dataset") == dataset)
+    if on_ds.height == 0:
+        raise ValueError(f"figure 1 ({variant}): no metrics rows for dataset {dataset!r}")
+    task = on_ds["task"][0]
+    if task != "rerank":
+        raise ValueError(f"figure 1 needs a reranking dataset (a retained-set threshold); {dataset!r} is {task!r}")
+    view = decision_presentations(
+        read_table(scores_path, "scores"), bsc_k=int(thr.get("bsc_k") or 1), ensembles=int(thr.get("bsc_ensembles") or 4)
     )
-    if rows.height == 0:
-        raise ValueError(f"no frozen threshold for variant {variant!r} on dataset {dataset!r} in the metrics files")
-    task = metrics.filter((pl.col("dataset") == dataset))["task"][0]
     return figure1(
         metrics,
-        read_table(scores_path, "scores"),
+        view,
         read_table(qrels_path, "qrels"),
-        float(rows["value"][0]),
+        float(thr["t_star"]),
         Path(out_svg),
         Path(out_png),
-        task="rerank" if task == "rerank" else task,
+        task=task,
+        queries=set(thr["test_queries"]),
     )

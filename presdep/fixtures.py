@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 
@@ -12,6 +12,7 @@ from presdep.data.beir import read_beir_qrels
 from presdep.data.errors import InputFormatError
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.trec import read_qrels
+from presdep.presentations import random_shuffle, stable_seed
 from presdep.schemas import write_table
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def load_qrels(source: Mapping[str, Any]) -> pl.DataFrame:
     if fmt == "trec":
         return read_qrels(source["path"])
     if fmt == "beir":
-        return read_beir_qrels(source["path"], source.get("split", "test"))
+        return read_beir_qrels(source["path"], source["split"])
     if fmt == "irds":
         from presdep.data.irds import load_qrels
 
@@ -74,6 +75,24 @@ def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
     return cands.sort(["query_id", "first_stage_rank"])
 
 
+QUERY_SUBSET_RULE = "seeded_sample"
+
+
+def query_subset(query_ids: Sequence[str], n: int | None, *, seed: int, dataset: str) -> list[str]:
+    """The queries a dataset is evaluated on: the ONE subset rule of every format.
+
+    All distinct ids are sorted (so file order never matters), shuffled with a seed from
+    (``seed``, dataset), and the first ``n`` kept; returned sorted. Growing ``n`` keeps
+    every query an smaller ``n`` chose, so a larger run only adds queries.
+    """
+    ids = sorted(set(map(str, query_ids)))
+    if n is None or n >= len(ids):
+        return ids
+    if n < 1:
+        raise ValueError(f"dataset {dataset!r}: max_queries must be >= 1, got {n}")
+    return sorted(random_shuffle(ids, stable_seed(int(seed), "query_subset", dataset))[:n])
+
+
 def build_fixture(
     dataset: str,
     ds_config: Mapping[str, Any],
@@ -82,24 +101,30 @@ def build_fixture(
     params: Mapping[str, Any] | None = None,
     first_stage: str | Path | None = None,
     out_gold: str | Path | None = None,
+    *,
+    seed: int,
 ) -> None:
     """Read the dataset's files, check them against each other, write the contracts
-    (candidates, qrels and, with ``out_gold``, answers_gold: empty unless the format has answers)."""
+    (candidates, qrels and, with ``out_gold``, answers_gold: empty unless the format has answers).
+
+    ``max_queries`` keeps :func:`query_subset`'s seeded sample (``seed`` = protocol.seed);
+    the rule, its seed and the counts go into every output's metadata.
+    """
     source = ds_config["candidates"]
     where = str(source.get("path") or source.get("run") or first_stage or dataset)
-    limit = ds_config.get("max_queries")
     gold = own_qrels = None
-    if source.get("format") in SELF_JUDGED:
+    if source["format"] in SELF_JUDGED:
         cands, own_qrels, gold = load_self_judged(source)
-        if limit:  # the first N questions/prompts of the file
-            keep = cands["query_id"].unique(maintain_order=True).head(int(limit))
-            cands = cands.filter(pl.col("query_id").is_in(keep.implode()))
         cands = check_candidates(cands, where)
     else:
         cands = check_candidates(load_candidates(source, first_stage), where)
-    if limit:
-        keep = cands["query_id"].unique(maintain_order=True).head(int(limit))
-        cands = cands.filter(pl.col("query_id").is_in(keep.implode()))
+    all_queries = cands["query_id"].unique().to_list()
+    keep = query_subset(all_queries, ds_config.get("max_queries"), seed=seed, dataset=dataset)
+    cands = cands.filter(pl.col("query_id").is_in(keep))
+    subset = {"rule": QUERY_SUBSET_RULE, "seed": int(seed), "max_queries": ds_config.get("max_queries"),
+              "queries": len(keep), "of": len(all_queries)}
+    if len(keep) < len(all_queries):
+        log.info("%s: evaluating a seeded sample of %d of %d queries (seed %d)", dataset, len(keep), len(all_queries), seed)
     if ds_config.get("qrels"):
         qrels = load_qrels(ds_config["qrels"])
         qrels_path = ds_config["qrels"].get("path") or ds_config["qrels"].get("id")
@@ -122,12 +147,13 @@ def build_fixture(
         log.warning("%s: %d query id(s) have no judgements and get no quality metrics (e.g. %s)", qrels_path, len(unjudged), unjudged[0])
     if qrels.height == 0:
         raise InputFormatError(qrels_path, "whole file", f"no judgement matches a query of dataset {dataset!r}")
-    meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged)}
+    meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged),
+            "query_subset": subset}
     write_table(cands, out_candidates, "candidates", params, **meta)
     write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)
     if out_gold is not None:
         if gold is None:
-            if ds_config.get("task") == "qa":
+            if ds_config["task"] == "qa":
                 raise InputFormatError(where, "whole file", f"task qa needs gold answers; format {source.get('format')!r} has none")
             gold = pl.DataFrame(schema=_GOLD_SCHEMA)
         gold = gold.filter(pl.col("query_id").is_in(list(known)))

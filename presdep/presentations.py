@@ -18,6 +18,9 @@ import numpy as np
 T = TypeVar("T")
 
 PERTURBATIONS = ("random_shuffle", "within_chunk", "middle_injection")
+# The one pass over the first-stage order (K = 1) every scored variant also makes: it is cut by
+# the variant's chunking (round-robin for that row); a random shuffle is always cut contiguously.
+FIRST_STAGE = "first_stage"
 CHUNKINGS = ("contiguous", "round_robin")
 # Presentation indices of middle_injection, in order.
 INJECTION_PLACES = ("top", "middle", "bottom")

@@ -1,38 +1,30 @@
-"""The frozen QA reader: answers each question from each presentation's retained paragraphs.
+"""The frozen QA reader: answers each question from each presentation's top-k paragraphs.
 
-For every (perturbation, query, presentation) of a QA ``scores`` file:
+For every (perturbation, query, presentation) of a QA ``scores`` file (the
+presentations decision metrics compare, :func:`presdep.views.decision_presentations`:
+random shuffles 0..M-1, or BSC's ensembles; within_chunk and middle_injection as
+stored; the first-stage pass is not read):
 
-1. the retained set is S = {d : score(d) >= t*}, with t* tuned ONCE on the
-   canonical presentation exactly as the metrics do it
-   (:func:`presdep.metrics.decisions.tune_threshold` over the judged canonical
-   blocks), then frozen; so the reader and the retained-set Jaccard see the same
-   sets;
-2. when S is empty the reader gets the single top-scored paragraph instead
-   (score descending, ties by doc id descending, trec_eval's order, as nDCG);
-   the count of such fallbacks is logged and stored in the output metadata. A
-   reader with no context would answer from its parametric memory alone, which
-   measures the model, not the presentation;
-3. the retained paragraphs go into the prompt in PRESENTED order (ascending
-   ``position``; config ``context_order: presented``, the default), or by score
-   (descending, trec_eval's tie order; ``context_order: score``), each tagged
-   ``[i]`` and cut to ``max_doc_chars`` the way the scorer cuts documents. In
-   presented order the reader's own order sensitivity adds flips even for an
-   order-free scorer (the identity row); by score, flips come only from
-   changed scores;
-4. a chat model answers greedily (no sampling, one beam, ``max_new_tokens``
+1. the reader gets the top ``k`` paragraphs of that presentation's ranking (k = 5
+   by default, 3 allowed), ordered by (-score, position): highest score first,
+   ties to the paragraph shown earlier (METHODS.md, "QA answer flip"). No threshold
+   is involved;
+2. each paragraph is tagged ``[i]`` and cut to ``max_doc_chars`` the way the scorer
+   cuts documents;
+3. a chat model answers greedily (no sampling, one beam, ``max_new_tokens``
    short), in left-padded batches. Identical prompts are generated once and
-   share the answer, so two presentations that retain the same paragraphs in
-   the same order cannot flip through batch composition;
-5. the answer is the first line of the generated text with content after a
+   share the answer, so two presentations with the same top-k in the same order
+   cannot flip through batch composition;
+4. the stored ``answer`` is the first line of the generated text with content after a
    leading answer label ("Answer:", "The answer is"; a label alone on its line
    hands over to the next line), surrounding quotes/asterisks and a trailing
-   full stop removed (:func:`clean_answer`). SQuAD normalisation is left to the metrics.
-
-6. finished batches are flushed to ``<out>.partial/``, so a killed job resumes
+   full stop removed (:func:`clean_answer`); ``raw_answer`` keeps the generated
+   text as it came. SQuAD normalisation is left to the metrics;
+5. finished batches are flushed to ``<out>.partial/``, so a killed job resumes
    and writes the file an uninterrupted run would have written.
 
 The reader prompt is part of the method: :data:`READER_PROMPT` and its sha256 go
-into the output's metadata.
+into the output's metadata, with k.
 """
 
 from __future__ import annotations
@@ -51,12 +43,10 @@ import numpy as np
 import polars as pl
 
 from presdep import __version__
-from presdep.metrics.compute import CANONICAL, build_blocks
-from presdep.metrics.decisions import tune_threshold
-from presdep.metrics.quality import qrels_to_dict, trec_order
 from presdep.resume import partial_dir, resume_dir
 from presdep.schemas import write_text_atomic
 from presdep.scoring.template import prepare_doc
+from presdep.views import FIRST_STAGE, decision_presentations
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +57,11 @@ READER_PROMPT = (
     "Answer the question in a few words, using the paragraphs above."
 )
 READER_PROMPT_SHA256 = hashlib.sha256(READER_PROMPT.encode("utf-8")).hexdigest()
-READER_DEFAULTS: dict[str, Any] = {
-    "max_new_tokens": 16, "batch_size": 8, "device": "auto", "dtype": "auto", "context_order": "presented",
-}
-CONTEXT_ORDERS = ("presented", "score")
+# Settings the job needs (the validated config's reader section, device/dtype from the model entry).
+READER_KEYS = ("k", "max_new_tokens", "batch_size", "device", "dtype")
+
+
+READER_K = (3, 5)
 
 
 @dataclass(frozen=True)
@@ -80,47 +71,30 @@ class Context:
     perturbation: str
     query_id: str
     presentation: int
-    doc_ids: tuple[str, ...]  # retained docs in the order the reader sees them
-    fallback: bool  # nothing reached t*: the top-scored doc stands in
+    doc_ids: tuple[str, ...]  # the top k, highest score first (ties: shown earlier first)
 
 
-def retained_contexts(
-    scores: pl.DataFrame, qrels: pl.DataFrame, threshold: float | None = None, order: str = "presented"
-) -> tuple[float, list[Context]]:
-    """(t*, one :class:`Context` per perturbation x query x presentation, canonical included)."""
-    if order not in CONTEXT_ORDERS:
-        raise ValueError(f"context order {order!r} not in {CONTEXT_ORDERS}")
-    blocks = build_blocks(scores)
-    if threshold is None:
-        qd = qrels_to_dict(qrels)
-        judged = [b for b in blocks.get(CANONICAL, []) if b.query_id in qd]
-        if not judged:
-            raise ValueError(
-                "cannot tune the retained-set threshold: the scores have no canonical presentation of a "
-                "judged query (the reader freezes t* on the canonical presentation, as the metrics do)"
-            )
-        threshold = tune_threshold(
-            [b.scores[0] for b in judged],
-            [np.array([qd[b.query_id].get(d, 0) >= 1 for d in b.doc_ids]) for b in judged],
-        )
-    t = float(threshold)
+def top_k_contexts(scores: pl.DataFrame, k: int, *, bsc_k: int = 1, ensembles: int = 4) -> list[Context]:
+    """One :class:`Context` per perturbation x query x presentation (first-stage pass excluded).
+
+    ``bsc_k``/``ensembles`` say how random shuffles become presentations (BSC
+    ensembles when ``bsc_k > 1``); other perturbations are read as stored.
+    """
+    if k not in READER_K:
+        raise ValueError(f"reader k must be one of {READER_K}, got {k!r}")
+    perts = sorted(set(scores["perturbation"].unique().to_list()) - {FIRST_STAGE})
+    if not perts:
+        raise ValueError("scores have no presentations to read (only the first-stage pass)")
     out: list[Context] = []
-    for pert in sorted(blocks, key=lambda p: (p != CANONICAL, p)):
-        for b in blocks[pert]:
-            if b.positions is None:
-                raise ValueError("scores lack the 'position' column; the reader needs the presented order")
-            for m in range(b.scores.shape[0]):
-                row = b.scores[m]
-                kept = np.flatnonzero(row >= t)
-                fallback = kept.size == 0
-                if fallback:
-                    kept = trec_order(row, b.doc_ids)[:1]
-                if order == "presented":
-                    kept = kept[np.argsort(b.positions[m][kept], kind="stable")]
-                else:
-                    kept = kept[trec_order(row[kept], [b.doc_ids[i] for i in kept])]
-                out.append(Context(pert, b.query_id, int(b.presentations[m]), tuple(b.doc_ids[i] for i in kept), fallback))
-    return t, out
+    for pert in perts:
+        is_shuffle = pert == "random_shuffle"
+        view = decision_presentations(scores, bsc_k=bsc_k if is_shuffle else 1, ensembles=ensembles,
+                                      perturbation=pert)
+        ranked = view.sort("query_id", "presentation", pl.col("score"), "position",
+                           descending=[False, False, True, False])
+        top = ranked.group_by("query_id", "presentation", maintain_order=True).agg(pl.col("doc_id").head(k))
+        out += [Context(pert, q, int(m), tuple(d)) for q, m, d in top.iter_rows()]
+    return out
 
 
 def render_prompt(question: str, paragraphs: Sequence[str], max_doc_chars: int | None = None) -> str:
@@ -235,11 +209,15 @@ class FrozenReader:
                 bar.update(1)
         return [done[k] for k in keys]
 
+    def generate_for(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False,
+                     done_dir: str | os.PathLike | None = None) -> list[str]:
+        """Generated texts (raw) for (question, paragraphs in order) items."""
+        return self.generate([self.prompt_ids(q, ps) for q, ps in items], progress, done_dir)
+
     def answer(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False,
                done_dir: str | os.PathLike | None = None) -> list[str]:
         """Cleaned answers for (question, paragraphs in order) items."""
-        prompts = [self.prompt_ids(q, ps) for q, ps in items]
-        return [clean_answer(t) for t in self.generate(prompts, progress, done_dir)]
+        return [clean_answer(t) for t in self.generate_for(items, progress, done_dir)]
 
     def describe(self) -> dict:
         return {
@@ -251,17 +229,17 @@ class FrozenReader:
 
 def read_answers(
     scores: pl.DataFrame,
-    qrels: pl.DataFrame,
     candidates: pl.DataFrame,
     reader: FrozenReader,
     *,
-    threshold: float | None = None,
-    order: str = "presented",
+    k: int,
+    bsc_k: int = 1,
+    ensembles: int = 4,
     progress: bool = False,
     done_dir: str | os.PathLike | None = None,
 ) -> tuple[pl.DataFrame, dict]:
-    """The ``answers`` table (query_id, perturbation, presentation, answer) and run facts."""
-    t, contexts = retained_contexts(scores, qrels, threshold, order)
+    """The ``answers`` table (query_id, perturbation, presentation, answer, raw_answer) and run facts."""
+    contexts = top_k_contexts(scores, k, bsc_k=bsc_k, ensembles=ensembles)
     texts = {(q, d): x for q, d, x in candidates.select("query_id", "doc_id", "doc").iter_rows()}
     questions = dict(candidates.select("query_id", "query").unique("query_id").iter_rows())
     items = []
@@ -272,31 +250,23 @@ def read_answers(
         if missing:
             raise ValueError(f"scores name doc(s) {missing[:3]} of query {c.query_id!r} that are not in the candidates")
         items.append((questions[c.query_id], [texts[(c.query_id, d)] for d in c.doc_ids]))
-    answers = reader.answer(items, progress=progress, done_dir=done_dir)
-    fallbacks = sum(c.fallback for c in contexts)
-    if fallbacks:
-        log.warning("%d of %d presentations retained nothing at t* = %.6g; the top-scored paragraph was read instead",
-                    fallbacks, len(contexts), t)
+    raw = reader.generate_for(items, progress=progress, done_dir=done_dir)
     df = pl.DataFrame(
         {
             "query_id": [c.query_id for c in contexts],
             "perturbation": [c.perturbation for c in contexts],
             "presentation": pl.Series([c.presentation for c in contexts], dtype=pl.Int32),
-            "answer": answers,
+            "answer": [clean_answer(t) for t in raw],
+            "raw_answer": raw,
         }
     )
-    facts = {
-        "threshold": t, "fallbacks": fallbacks, "presentations": len(contexts),
-        "unique_prompts": len(set(map(repr, items))),
-        "mean_retained": float(np.mean([len(c.doc_ids) for c in contexts])) if contexts else 0.0,
-    }
+    facts = {"k": k, "bsc_k": bsc_k, "presentations": len(contexts), "unique_prompts": len(set(map(repr, items)))}
     return df, facts
 
 
 def read_answers_files(
     *,
     scores_path: str | os.PathLike,
-    qrels_path: str | os.PathLike,
     candidates_path: str | os.PathLike,
     out_path: str | os.PathLike,
     reader_config: Mapping[str, Any],
@@ -308,7 +278,17 @@ def read_answers_files(
     from presdep.models import load_model
     from presdep.schemas import read_metadata, read_table, write_table
 
-    cfg = {**READER_DEFAULTS, **dict(reader_config)}
+    cfg = dict(reader_config)
+    missing = [k for k in READER_KEYS if k not in cfg]
+    if missing:
+        raise ValueError(f"reader config lacks {missing} (k = paragraphs per presentation, one of {READER_K}); "
+                         f"got {sorted(cfg)}")
+    source = read_metadata(scores_path)
+    # BSC's presentations are ensembles of K shuffles: the scores file says which.
+    if "bsc_k" not in source or "bsc_ensembles" not in source:
+        raise ValueError(f"{scores_path}: scores metadata lacks bsc_k/bsc_ensembles (written by an older presdep?); "
+                         "score the run again")
+    bsc_k, ensembles = int(source["bsc_k"]), int(source["bsc_ensembles"])
     if threads:
         import torch
 
@@ -325,16 +305,15 @@ def read_answers_files(
     }, sort_keys=True, default=str)
     done_dir = resume_dir(partial_dir(out_path), fingerprint)
     answers, facts = read_answers(
-        read_table(scores_path, "scores"), read_table(qrels_path, "qrels"), read_table(candidates_path, "candidates"),
-        reader, threshold=cfg.get("threshold"), order=cfg["context_order"], progress=True, done_dir=done_dir,
+        read_table(scores_path, "scores"), read_table(candidates_path, "candidates"), reader,
+        k=int(cfg["k"]), bsc_k=bsc_k, ensembles=ensembles, progress=True, done_dir=done_dir,
     )
-    log.info("answered %d presentations (%d distinct prompts), t* = %.6g, %d fallback(s)",
-             facts["presentations"], facts["unique_prompts"], facts["threshold"], facts["fallbacks"])
-    source = read_metadata(scores_path)
+    log.info("answered %d presentations (%d distinct prompts) from the top %d paragraphs",
+             facts["presentations"], facts["unique_prompts"], facts["k"])
     write_table(
         answers.sort("perturbation", "query_id", "presentation"), out_path, "answers",
-        {"reader": {k: v for k, v in cfg.items()}, "max_doc_chars": max_doc_chars, "scores": str(scores_path)},
-        reader=reader.describe(), facts=facts,
+        {"reader": dict(cfg), "max_doc_chars": max_doc_chars, "scores": str(scores_path)},
+        k=int(cfg["k"]), reader=reader.describe(), facts=facts,
         scores_params=source.get("params"), template_sha256=source.get("template_sha256"),
     )
     shutil.rmtree(done_dir)
@@ -348,6 +327,6 @@ def _files_identity(model_dir: str | os.PathLike) -> list[tuple[str, int, int]]:
 
 
 __all__ = [
-    "READER_PROMPT", "READER_PROMPT_SHA256", "Context", "FrozenReader", "clean_answer",
-    "read_answers", "read_answers_files", "render_prompt", "retained_contexts",
+    "READER_K", "READER_PROMPT", "READER_PROMPT_SHA256", "Context", "FrozenReader", "clean_answer",
+    "read_answers", "read_answers_files", "render_prompt", "top_k_contexts",
 ]

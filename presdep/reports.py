@@ -9,11 +9,13 @@ Format (one file per run)::
      "seed": 2,                         # optional integer: which repeated run this is
      "higherIsBetter": false,           # optional: direction of the score
      "column": "rerank_tau_psi",        # optional provenance
-     "metric": "tau_psi"}               # optional provenance
+     "metric": "tau_psi",               # optional provenance
+     "summary": {...}}                  # optional object, not read (a benchmark run's totals)
 
 Several files of one model are repeated runs and are treated like training seeds.
 Task ids ending in ``-vN`` are variants of one item (``q17-v1``, ``q17-v2`` -> ``q17``):
-the bootstrap draws them together as one cluster.
+the bootstrap draws them together as one cluster, and the suffix (``v2``) is the
+prompt variant whose separate ranking ``promptSensitivity`` reports.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import Any, Iterable
 import polars as pl
 
 DEFAULT_DATASET = "report"
-_VARIANT_SUFFIX = re.compile(r"^(?P<base>.+)-v\d+$")
+_VARIANT_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<variant>v\d+)$")
 _TOP_REQUIRED = {"model", "tasks"}
-_TOP_OPTIONAL = {"seed", "higherIsBetter", "column", "metric"}
+_TOP_OPTIONAL = {"seed", "higherIsBetter", "column", "metric", "summary"}
 _TASK_REQUIRED = {"id", "score"}
 _TASK_OPTIONAL = {"dataset"}
 
@@ -44,6 +46,12 @@ def task_cluster(task_id: str) -> str:
     """The item a task id belongs to: ``-vN`` variants share their base id."""
     m = _VARIANT_SUFFIX.match(task_id)
     return m.group("base") if m else task_id
+
+
+def prompt_variant(task_id: str) -> str | None:
+    """The prompt variant of a task id (``q17-v2`` -> ``v2``), or None without a suffix."""
+    m = _VARIANT_SUFFIX.match(task_id)
+    return m.group("variant") if m else None
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ def read_report(path: str | os.PathLike) -> RunReport:
     for key in ("column", "metric"):
         if key in data and not isinstance(data[key], str):
             raise ReportError(f"{path}: {key!r} must be a string, got {data[key]!r}")
+    if "summary" in data and not isinstance(data["summary"], dict):
+        raise ReportError(f"{path}: 'summary' must be an object, got {type(data['summary']).__name__}")
     tasks = data["tasks"]
     if not isinstance(tasks, list) or not tasks:
         raise ReportError(f"{path}: 'tasks' must be a non-empty list")

@@ -397,7 +397,7 @@ def first_stage_candidates(
                 raise ValueError(f"candidates source lacks {key!r} (needed to join texts): {dict(source)}")
         topics_src = source["topics"]
         topics = read_queries(
-            source_location(topics_src), topics_src["format"], split=topics_src.get("split", "test"), field=topics_src.get("field")
+            source_location(topics_src), topics_src["format"], split=topics_src["split"], field=topics_src.get("field")
         )
         corpus_format = source["corpus"]["format"]
         corpus_path = source_location(source["corpus"])

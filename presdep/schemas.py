@@ -75,6 +75,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _field("teacher", _STR),
             _field("presentation", _I32),
             _field("score", _F64, True),
+            _field("label_k1", _F64, True),
             _field("label", _F64, True),
         ]
     ),
@@ -84,6 +85,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _field("perturbation", _STR),
             _field("presentation", _I32),
             _field("answer", _STR),
+            _field("raw_answer", _STR),  # the generated text before clean_answer
         ]
     ),
     "metrics": pa.schema(

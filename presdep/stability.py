@@ -27,8 +27,12 @@ JSON layout written by :func:`write_stability_json` (``results/stability/table1.
           "column", "task", "metric", "perturbation": str,
           "direction": "higher" | "lower",  # which values are better
           "resamples": int, "seed": int,
-          "datasets": [str], "sharedItems": int, "sharedItemsPerDataset": {dataset: int},
-          "sharedClusters": int, "droppedItems": int,
+          "datasets": [str],
+          "sharedItems": int,               # resampled items: -vN variants of a task count once
+          "sharedItemsPerDataset": {dataset: int},
+          "sharedClusters": int,            # = sharedItems (older name)
+          "sharedRows": int, "sharedRowsPerDataset": {dataset: int},  # task rows (every -vN row)
+          "droppedItems": int,              # rows not shared by every run
           "runsPerVariant": {variant: int},
           "variants": [variant, ...],       # ordered by full-sample rank (best first)
           "mean": {variant: float},         # full-sample point estimate
@@ -47,6 +51,14 @@ JSON layout written by :func:`write_stability_json` (``results/stability/table1.
               "rankRange": {variant: [min rank, max rank]},
               "rankSpread": {variant: max - min}},
           "presentationSensitivityReason": str | null,   # why it is null
+          "promptSensitivity": null | {     # report input whose task ids end in -vN
+              "promptVariants": ["v1", ...], "sharedItems": {"v1": rows},
+              "ranking": {"v1": [variant, ...]},          # best first, on that prompt variant alone
+              "mean": {variant: {"v1": float}},
+              "ranks": {variant: {"v1": rank}},
+              "rankRange": {variant: [min rank, max rank]},
+              "rankSpread": {variant: max - min}},
+          "promptSensitivityReason": str | null,
           "warnings": [str]
         }
       },
@@ -80,6 +92,7 @@ _TIE_DECIMALS = 12
 
 from presdep.columns import TABLE1_COLUMNS, Table1Column  # noqa: E402,F401 - re-exported
 
+NO_PROMPT_VARIANT_REASON = "no task id carries a prompt-variant suffix (-v1, -v2, ...)"
 NO_PRESENTATION_REASON = (
     "no per-presentation input given: the metrics contract stores per-query values "
     "already averaged over presentations"
@@ -118,7 +131,8 @@ class _Prepared:
     datasets: list[str]
     sums: list[np.ndarray]  # per dataset: (clusters, runs) sums of item values
     counts: list[np.ndarray]  # per dataset: (clusters,) item counts
-    items_per_dataset: dict[str, int]
+    items_per_dataset: dict[str, int]  # task rows
+    shared_rows: pl.DataFrame  # per-row input restricted to rows shared by every run
     dropped: int
     excluded_variants: list[str]
     dropped_datasets: list[str]
@@ -204,7 +218,7 @@ def _prepare(values: pl.DataFrame, where: str) -> _Prepared:
         counts.append(np.bincount(item_cluster, minlength=len(cluster_names)).astype(float))
         items_per_dataset[ds] = len(items)
     lost = [d for d in all_datasets if d not in datasets]
-    return _Prepared(kept, runs, variant_runs, datasets, sums, counts, items_per_dataset, dropped, excluded, lost)
+    return _Prepared(kept, runs, variant_runs, datasets, sums, counts, items_per_dataset, df, dropped, excluded, lost)
 
 
 # ------------------------------------------------------------------------- bootstrap
@@ -289,14 +303,16 @@ def paired_bootstrap(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     per_presentation: pl.DataFrame | None = None,
+    prompt_variants: pl.DataFrame | None = None,
     where: str = "per-query values",
 ) -> dict[str, Any]:
     """Paired bootstrap of one leaderboard column.
 
     ``values``: columns dataset, variant, seed (null for single-run variants),
     query_id, value, and optionally cluster (items of one cluster are drawn
-    together). Returns the per-column JSON dict documented in the module docstring
-    (without the column identity fields).
+    together). ``prompt_variants`` (dataset, query_id, prompt_variant; null where a
+    row has none) asks for ``promptSensitivity``. Returns the per-column JSON dict
+    documented in the module docstring (without the column identity fields).
     """
     if resamples < 1:
         raise StabilityError(f"{where}: resamples must be >= 1, got {resamples}")
@@ -306,8 +322,9 @@ def paired_bootstrap(
         warnings.append(f"variant(s) {prep.excluded_variants} have no non-null value and are left out")
     if not prep.variants:
         raise StabilityError(f"{where}: no variant has a non-null value")
-    n_items = sum(prep.items_per_dataset.values())
-    if n_items == 0:
+    n_rows = sum(prep.items_per_dataset.values())
+    n_items = int(sum(c.size for c in prep.counts))  # resampled units: clusters
+    if n_rows == 0:
         raise StabilityError(
             f"{where}: no query is shared by all {len(prep.runs)} runs of variants {prep.variants}"
         )
@@ -316,7 +333,7 @@ def paired_bootstrap(
     if prep.dropped:
         warnings.append(f"{prep.dropped} quer(ies) not shared by every run were dropped")
     if n_items < MIN_SHARED_ITEMS:
-        warnings.append(f"only {n_items} shared queries (< {MIN_SHARED_ITEMS}): intervals are unreliable")
+        warnings.append(f"only {n_items} shared items (< {MIN_SHARED_ITEMS}): intervals are unreliable")
     if all(r.size == 1 for r in prep.variant_runs):
         warnings.append("one run per variant: no seed variation enters the intervals")
     if resamples < MIN_RESAMPLES:
@@ -351,9 +368,11 @@ def paired_bootstrap(
         "resamples": int(resamples),
         "seed": int(seed),
         "datasets": prep.datasets,
-        "sharedItems": int(n_items),
-        "sharedItemsPerDataset": prep.items_per_dataset,
-        "sharedClusters": int(sum(c.size for c in prep.counts)),
+        "sharedItems": n_items,
+        "sharedItemsPerDataset": {d: int(c.size) for d, c in zip(prep.datasets, prep.counts)},
+        "sharedClusters": n_items,
+        "sharedRows": int(n_rows),
+        "sharedRowsPerDataset": prep.items_per_dataset,
         "droppedItems": int(prep.dropped),
         "runsPerVariant": {names[v]: int(prep.variant_runs[v].size) for v in order},
         "variants": [names[v] for v in order],
@@ -391,6 +410,13 @@ def paired_bootstrap(
             per_presentation, lower_is_better=lower_is_better, variants=names, where=f"{where} (per presentation)"
         )
         result["presentationSensitivityReason"] = None
+    if prompt_variants is None:
+        result["promptSensitivity"], result["promptSensitivityReason"] = None, NO_PROMPT_VARIANT_REASON
+    else:
+        shared = prep.shared_rows.join(prompt_variants, on=["dataset", "query_id"], how="left")
+        ps = prompt_sensitivity(shared, lower_is_better=lower_is_better, variants=names)
+        result["promptSensitivity"] = ps
+        result["promptSensitivityReason"] = None if ps is not None else NO_PROMPT_VARIANT_REASON
     result["warnings"] = warnings
     return result
 
@@ -467,6 +493,74 @@ def presentation_sensitivity(
         "rankRange": {v: [_f(ranks[:, j].min()), _f(ranks[:, j].max())] for j, v in enumerate(names)},
         "rankSpread": {v: _f(ranks[:, j].max() - ranks[:, j].min()) for j, v in enumerate(names)},
     }
+
+
+def prompt_sensitivity(
+    rows: pl.DataFrame, *, lower_is_better: bool, variants: Iterable[str]
+) -> dict[str, Any] | None:
+    """Rank the models on each prompt variant alone; report each model's rank range.
+
+    ``rows``: the shared rows (dataset, variant, seed, query_id, value, prompt_variant).
+    Per prompt variant: each run's mean over its rows (datasets weigh equally), then the
+    mean over a model's runs. None when no row has a prompt variant.
+    """
+    df = rows.filter(pl.col("prompt_variant").is_not_null() & pl.col("variant").is_in(list(variants)))
+    if df.height == 0:
+        return None
+    means = (
+        df.group_by("dataset", "variant", "seed", "prompt_variant").agg(pl.col("value").mean())
+        .group_by("variant", "seed", "prompt_variant").agg(pl.col("value").mean())
+        .group_by("variant", "prompt_variant").agg(pl.col("value").mean())
+    )
+    pvs = sorted(df["prompt_variant"].unique().to_list(), key=lambda v: (len(v), v))
+    names = sorted(means["variant"].unique().to_list())
+    mat = np.full((len(pvs), len(names)), np.nan)
+    p_pos, v_pos = {p: i for i, p in enumerate(pvs)}, {v: i for i, v in enumerate(names)}
+    for row in means.iter_rows(named=True):
+        mat[p_pos[row["prompt_variant"]], v_pos[row["variant"]]] = row["value"]
+    ranks = _ranks(_score(mat, lower_is_better))
+    counts = dict(df.filter(pl.col("variant") == names[0]).group_by("prompt_variant")
+                  .agg(pl.struct("dataset", "query_id").n_unique().alias("n")).iter_rows())
+    return {
+        "promptVariants": pvs,
+        "sharedItems": {p: int(counts.get(p, 0)) for p in pvs},
+        "ranking": {p: [names[j] for j in sorted(range(len(names)), key=lambda j: (ranks[i, j], names[j]))]
+                    for i, p in enumerate(pvs)},
+        "mean": {v: {p: _f(mat[i, j]) for i, p in enumerate(pvs)} for j, v in enumerate(names)},
+        "ranks": {v: {p: _f(ranks[i, j]) for i, p in enumerate(pvs)} for j, v in enumerate(names)},
+        "rankRange": {v: [_f(ranks[:, j].min()), _f(ranks[:, j].max())] for j, v in enumerate(names)},
+        "rankSpread": {v: _f(ranks[:, j].max() - ranks[:, j].min()) for j, v in enumerate(names)},
+    }
+
+
+# ------------------------------------------------------------------- JSON run reports
+
+
+def analyse_reports(
+    paths: Iterable[str | os.PathLike],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    lower_is_better: bool | None = None,
+    label: str = "report",
+    per_presentation: pl.DataFrame | None = None,
+) -> dict[str, Any]:
+    """Bootstrap JSON run reports; the direction comes from the reports unless given."""
+    from presdep.reports import prompt_variant, reports_frame
+
+    frame, higher = reports_frame(paths)
+    if higher is True and lower_is_better:
+        raise StabilityError("lower-is-better contradicts the reports, which state higherIsBetter: true")
+    lower = bool(lower_is_better) or higher is False
+    pv = frame.select("dataset", "query_id").unique().with_columns(
+        pl.col("query_id").map_elements(prompt_variant, return_dtype=pl.String).alias("prompt_variant"))
+    res = paired_bootstrap(frame, lower_is_better=lower, resamples=resamples, seed=seed,
+                           per_presentation=per_presentation,
+                           prompt_variants=pv if pv["prompt_variant"].is_not_null().any() else None,
+                           where="reports")
+    head = {"column": label, "task": None, "metric": None, "perturbation": None,
+            "direction": "lower" if lower else "higher"}
+    return {**head, **res}
 
 
 # ------------------------------------------------------------------------ Table 1

@@ -14,15 +14,15 @@ from typing import Any
 import polars as pl
 
 from presdep import __version__
-from presdep.reports import export_report, reports_frame
+from presdep.reports import export_report
 from presdep.stability import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     TABLE1_COLUMNS,
     StabilityError,
     analyse_column,
+    analyse_reports,
     column_values,
-    paired_bootstrap,
     read_metrics,
     write_stability_json,
 )
@@ -94,20 +94,14 @@ def _analyse(args: argparse.Namespace) -> tuple[str, dict]:
         res = analyse_column(metrics, column, resamples=args.resamples, seed=args.seed,
                              per_presentation=per_pres, where=", ".join(map(str, args.reports)))
         return column, res
-    frame, higher = reports_frame(args.reports)
-    if higher is True and args.lower_is_better:
-        raise StabilityError("--lower-is-better contradicts the reports, which state higherIsBetter: true")
-    lower = args.lower_is_better or higher is False
     label = args.column or "report"
-    res = paired_bootstrap(frame, lower_is_better=lower, resamples=args.resamples, seed=args.seed,
-                           per_presentation=per_pres, where="reports")
-    head = {"column": label, "task": None, "metric": None, "perturbation": None,
-            "direction": "lower" if lower else "higher"}
-    return label, {**head, **res}
+    res = analyse_reports(args.reports, resamples=args.resamples, seed=args.seed,
+                          lower_is_better=args.lower_is_better or None, label=label, per_presentation=per_pres)
+    return label, res
 
 
 def _summary(label: str, res: dict) -> str:
-    lines = [f"{label} ({res['direction']} is better): {res['sharedItems']} shared queries, "
+    lines = [f"{label} ({res['direction']} is better): {res['sharedItems']} shared items, "
              f"{res['resamples']} resamples, seed {res['seed']}, mean Kendall tau-b "
              f"{'n/a' if res['meanKendallTau'] is None else format(res['meanKendallTau'], '.3f')}"]
     width = max(len(v) for v in res["variants"])
@@ -117,6 +111,13 @@ def _summary(label: str, res: dict) -> str:
         rlo, rhi = res["rankInterval95"][v]
         lines.append(f"{v:<{width}}  {res['rank'][v]:4g}  [{rlo:g}, {rhi:g}]  {res['mean'][v]:.4f}  "
                      f"[{lo:.4f}, {hi:.4f}]  {res['probabilityFirst'][v]:.3f}")
+    ps = res.get("promptSensitivity")
+    if ps:
+        lines.append(f"rank per prompt variant ({', '.join(ps['promptVariants'])}):")
+        for v in res["variants"]:
+            ranks = " ".join(f"{ps['ranks'][v][p]:g}" for p in ps["promptVariants"])
+            lo, hi = ps["rankRange"][v]
+            lines.append(f"{v:<{width}}  {ranks}  (range {lo:g}-{hi:g})")
     return "\n".join(lines)
 
 

@@ -76,7 +76,7 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None) -> Fig
     sub = ", ".join(x for x in [
         f"metric {metric}" if metric else "", better,
         f"{result['resamples']} paired bootstrap resamples (seed {result['seed']})",
-        f"{result['sharedItems']} shared queries",
+        f"{result['sharedItems']} shared items",
         f"mean Kendall tau-b {_fmt(result['meanKendallTau'])}",
     ] if x)
     fig.text(0.5, 0.905, sub, ha="center", fontsize=10)

@@ -1,16 +1,62 @@
-"""The paper's Table 1 from metrics files: means over queries, then datasets, then seeds."""
+"""The paper's Table 1 from metrics files: means over queries, then datasets, then seeds.
+
+Each cell = mean over datasets of the per-dataset means over queries (within a
+training seed), then the mean over seeds (trained rows). Besides the nine
+headline columns the CSV carries the tie-aware ``*_tau_psi_b`` columns; the
+counts file says, per cell, where it comes from, how many queries, datasets and
+seeds it averages, the scoring passes per query it cost, and any
+degenerate-threshold warning. ``results/bsc_curve.csv`` holds BSC's K-curve.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import polars as pl
 
+from presdep.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
 from presdep.schemas import read_table, write_text_atomic
 
-from presdep.columns import COLUMN_TITLES, TABLE1_COLUMNS
+log = logging.getLogger(__name__)
+
+# Tie-aware tau-PSI beside the paper's (headline) strict tau-a form: in the CSV, not the bootstrap.
+EXTRA_COLUMNS: dict[str, Table1Column] = {
+    "rerank_tau_psi_b": Table1Column("rerank", "tau_psi_b", "random_shuffle", "lower"),
+    "qa_tau_psi_b": Table1Column("qa", "tau_psi_b", "random_shuffle", "lower"),
+    "resp_tau_psi_b": Table1Column("response", "tau_psi_b", "random_shuffle", "lower"),
+}
+ALL_COLUMNS: dict[str, Table1Column] = {**TABLE1_COLUMNS, **EXTRA_COLUMNS}
+TITLES = {**COLUMN_TITLES, "rerank_tau_psi": "tau-PSI (tau-a)", "qa_tau_psi": "QA tau-PSI (tau-a)",
+          "resp_tau_psi": "Resp tau-PSI (tau-a)", "rerank_tau_psi_b": "tau-PSI-b",
+          "qa_tau_psi_b": "QA tau-PSI-b", "resp_tau_psi_b": "Resp tau-PSI-b"}
+
+_TAU_A = "headline: strict rankings (ties by presented position), Kendall tau-a over all M(M-1)/2 shuffle pairs"
+_TAU_B = "not the headline: Kendall tau-b on raw scores (ties kept) over all shuffle pairs"
+_QUALITY = "first-stage pass (K = 1; BSC: ensemble 0's BSC scores), ties by presented position"
+SOURCES = {
+    "rerank_ndcg10": _QUALITY,
+    "rerank_tau_psi": _TAU_A,
+    "rerank_jaccard": "test half of the 50/50 query split at t* tuned on the development half (shuffle 0); "
+                      "mean pairwise Jaccard over the M shuffles",
+    "qa_ndcg10": _QUALITY,
+    "qa_tau_psi": _TAU_A,
+    "qa_answer_flip": "reader on each shuffle's top-k paragraphs in score order; (M - modal count) / M",
+    "resp_ndcg1": _QUALITY,
+    "resp_tau_psi": _TAU_A,
+    "resp_pair_flip": "(top, bottom) per shuffle, ties by (-score, response id ascending); 1 - modal count / M",
+    "rerank_tau_psi_b": _TAU_B,
+    "qa_tau_psi_b": _TAU_B,
+    "resp_tau_psi_b": _TAU_B,
+}
+_WARNINGS = {
+    "warn_threshold_keeps_all": "t* keeps every candidate",
+    "warn_threshold_keeps_none": "t* keeps no candidate",
+    "warn_single_presentation": "queries with fewer than two presentations",
+    "warn_queries_without_relevant": "queries without a relevant document in the pool",
+}
 
 
 def load_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -20,14 +66,14 @@ def load_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
     return pl.concat(frames, how="vertical")
 
 
-def cell_values(metrics: pl.DataFrame) -> pl.DataFrame:
+def cell_values(metrics: pl.DataFrame, columns: Mapping[str, Table1Column] = ALL_COLUMNS) -> pl.DataFrame:
     """One value and its counts per (variant, column).
 
     Aggregate rows (query_id null) already hold the mean over a dataset's queries.
     Datasets are averaged within each seed, then seeds are averaged.
     """
     out = []
-    for column, (task, metric, perturbation, _) in TABLE1_COLUMNS.items():
+    for column, (task, metric, perturbation, _) in columns.items():
         per_query = metrics.filter(
             (pl.col("task") == task) & (pl.col("metric") == metric) & (pl.col("perturbation") == perturbation)
         )
@@ -58,25 +104,79 @@ def cell_values(metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out, how="vertical_relaxed")
 
 
+def _aggregate(metrics: pl.DataFrame, variant: str, task: str, metric: str) -> pl.DataFrame:
+    return metrics.filter(
+        (pl.col("variant") == variant) & (pl.col("task") == task) & (pl.col("metric") == metric)
+        & pl.col("query_id").is_null() & pl.col("value").is_not_null()
+    )
+
+
+def _passes(metrics: pl.DataFrame, variant: str, task: str) -> float | None:
+    rows = _aggregate(metrics, variant, task, "passes_per_query")
+    return float(rows["value"].mean()) if rows.height else None
+
+
+def threshold_warnings(metrics: pl.DataFrame, variant: str, task: str) -> str:
+    """'dataset[seed]: reason; ...' for every degenerate-threshold flag raised ('' if none)."""
+    out = []
+    for metric, text in _WARNINGS.items():
+        hit = _aggregate(metrics, variant, task, metric).filter(pl.col("value") > 0).sort("dataset", "seed")
+        for r in hit.iter_rows(named=True):
+            where = r["dataset"] + ("" if r["seed"] is None else f"[seed {r['seed']}]")
+            count = "" if metric.startswith("warn_threshold") else f" ({int(r['value'])})"
+            out.append(f"{where}: {text}{count}")
+    return "; ".join(out)
+
+
 def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Mapping]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(table, counts): one row per configured variant in config order; skipped ones keep their reason."""
     cells = cell_values(metrics)
     rows, counts = [], []
     for name, v in variants.items():
         row: dict = {"variant": name}
-        for column in TABLE1_COLUMNS:
+        for column, spec in ALL_COLUMNS.items():
             hit = cells.filter((pl.col("variant") == name) & (pl.col("column") == column))
             row[column] = float(hit["value"][0]) if hit.height else None
             if hit.height:
-                counts.append({"variant": name, "column": column, "queries": int(hit["queries"][0] or 0),
-                               "datasets": int(hit["datasets"][0]), "seeds": int(hit["seeds"][0])})
+                warn = threshold_warnings(metrics, name, spec.task) if spec.metric == "jaccard" else ""
+                if warn:
+                    log.warning("%s %s: degenerate threshold: %s", name, column, warn)
+                counts.append({"variant": name, "column": column, "metric": spec.metric,
+                               "perturbation": spec.perturbation, "better": spec.direction,
+                               "queries": int(hit["queries"][0] or 0), "datasets": int(hit["datasets"][0]),
+                               "seeds": int(hit["seeds"][0]), "passes_per_query": _passes(metrics, name, spec.task),
+                               "source": SOURCES[column], "warnings": warn})
         row["label"] = str(v.get("label", name))
         row["note"] = f"skipped: {v['skip']}" if v.get("skip") else str(v.get("note", ""))
         rows.append(row)
-    schema = {"variant": pl.String, **{c: pl.Float64 for c in TABLE1_COLUMNS}, "label": pl.String, "note": pl.String}
+    schema = {"variant": pl.String, **{c: pl.Float64 for c in ALL_COLUMNS}, "label": pl.String, "note": pl.String}
     table = pl.DataFrame(rows, schema=schema)
-    count_schema = {"variant": pl.String, "column": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64}
+    count_schema = {"variant": pl.String, "column": pl.String, "metric": pl.String, "perturbation": pl.String,
+                    "better": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64,
+                    "passes_per_query": pl.Float64, "source": pl.String, "warnings": pl.String}
     return table, pl.DataFrame(counts, schema=count_schema)
+
+
+def bsc_curve(metrics: pl.DataFrame) -> pl.DataFrame:
+    """BSC's K-curve (perturbations bsc_curve_k{K}): variant, task, K, metric, value (mean over
+    datasets within a seed, then over seeds), datasets, seeds."""
+    schema = {"variant": pl.String, "task": pl.String, "K": pl.Int64, "metric": pl.String,
+              "value": pl.Float64, "datasets": pl.Int64, "seeds": pl.Int64}
+    if metrics.height == 0:
+        return pl.DataFrame(schema=schema)
+    m = metrics.filter(
+        pl.col("perturbation").str.starts_with("bsc_curve_k") & pl.col("query_id").is_null()
+        & pl.col("value").is_not_null()
+    )
+    if m.height == 0:
+        return pl.DataFrame(schema=schema)
+    m = m.with_columns(pl.col("perturbation").str.strip_prefix("bsc_curve_k").cast(pl.Int64).alias("K"),
+                       pl.col("seed").fill_null(-1))
+    keys = ["variant", "task", "K", "metric"]
+    by_seed = m.group_by(*keys, "seed").agg(pl.col("value").mean(), pl.col("dataset").n_unique().alias("datasets"))
+    out = by_seed.group_by(*keys).agg(pl.col("value").mean(), pl.col("datasets").max(),
+                                      pl.col("seed").n_unique().alias("seeds"))
+    return out.select(list(schema)).cast(schema).sort(keys)
 
 
 def _fmt(value: float | None) -> str:
@@ -86,31 +186,35 @@ def _fmt(value: float | None) -> str:
 def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None) -> str:
     """Table 1 as Markdown: task columns that no variant filled are left out."""
     cols = [c for c in (columns or TABLE1_COLUMNS) if table[c].is_not_null().any()]
-    header = ["Variant", *[COLUMN_TITLES[c] for c in cols], "Note"]
+    header = ["Variant", *[TITLES[c] for c in cols], "Note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.iter_rows(named=True):
         cells = [row["label"], *[_fmt(row[c]) for c in cols], row["note"] or ""]
         lines.append("| " + " | ".join(cells) + " |")
     legend = (
-        "\nValues are means over queries, then datasets, then training seeds, under random "
-        "shuffles of each query's candidate list (M presentations). tau-PSI: (1 - mean pairwise "
-        "Kendall tau)/2, lower is more stable; Jacc.: Jaccard of the retained sets at a threshold "
-        "tuned once on the first-stage presentation, higher is more stable.\n"
+        "\nEach cell is the mean over datasets of per-dataset means over queries, then over training "
+        "seeds. nDCG columns: one pass over the first-stage order (K = 1; BSC: its BSC scores), "
+        "higher is better. tau-PSI (tau-a), the headline: (1 - mean pairwise Kendall tau-a)/2 over "
+        "the M random shuffles, each turned into a strict ranking with ties broken by presented "
+        "position, lower is more stable (the tie-aware tau-b form is the CSV's *_tau_psi_b). Jacc.: "
+        "Jaccard of the retained sets on the test half of the queries at a threshold tuned on the "
+        "development half (shuffle 0), higher is more stable. Flips: lower is more stable. "
+        "results/table1_counts.csv gives each cell's source, counts and warnings.\n"
     )
     return "\n".join(lines) + "\n" + legend
 
 
 def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Mapping],
-                 out_csv: str | Path, out_md: str | Path, out_counts: str | Path) -> pl.DataFrame:
+                 out_csv: str | Path, out_md: str | Path, out_counts: str | Path,
+                 out_bsc_curve: str | Path | None = None) -> pl.DataFrame:
     paths = list(metrics_paths)
-    metrics = load_metrics(paths) if paths else pl.DataFrame()
-    if metrics.height:
-        table, counts = build_table1(metrics, variants)
-    else:
-        table, counts = build_table1(_empty_metrics(), variants)
+    metrics = load_metrics(paths) if paths else _empty_metrics()
+    table, counts = build_table1(metrics, variants)
     write_text_atomic(out_csv, table.write_csv(float_precision=6))
     write_text_atomic(out_md, to_markdown(table))
     write_text_atomic(out_counts, counts.write_csv())
+    if out_bsc_curve is not None:
+        write_text_atomic(out_bsc_curve, bsc_curve(metrics).write_csv(float_precision=6))
     return table
 
 

@@ -1,40 +1,35 @@
 # Config validation, path helpers, the matrix, and wildcard constraints built from it.
-import os
 import re
-
-from snakemake.utils import validate
+from pathlib import Path
 
 import presdep
 from presdep.config import (
+    SCHEMA_PATH,
     apply_replacing_sections,
+    load_workflow_config,
     protocol_for,
     rule_params,
     runnable_variants,
     variant_config,
 )
 
-# Jobs in per-rule conda envs import presdep from this checkout (the envs carry its dependencies).
-# (Setting it, not requiring it: the variable may be absent and that is fine.)
-_inherited = [p for p in dict(os.environ).get("PYTHONPATH", "").split(os.pathsep) if p]
-os.environ.update(PYTHONPATH=os.pathsep.join([workflow.basedir, *_inherited]))
-
-# A --configfile's datasets/variants/synthetic replace the embedded default's.
-_resolved = apply_replacing_sections(config, workflow.overwrite_configfiles or [])
+# A --configfile's datasets/variants/synthetic replace the embedded default's. Validation
+# fills every default from the schema (the only place defaults live) and refuses unknown
+# keys, so a typo stops the workflow here, before any job runs.
+_filled, CFG = load_workflow_config(
+    apply_replacing_sections(config, workflow.overwrite_configfiles or []),
+    SCHEMA_PATH,
+)
 config.clear()
-config.update(_resolved)
-validate(config, "schemas/config.schema.yaml")
+config.update(_filled)
 
-DATASETS = list(config["datasets"])
+DATASETS = list(CFG.datasets)
 # Training and held-out splits are datasets too, but only `eval` datasets reach the table.
-EVAL_DATASETS = [d for d in DATASETS if config["datasets"][d].get("role", "eval") == "eval"]
-VARIANTS = runnable_variants(config)
-# A scoring run: an untrained variant, or one training seed of a trained one ("oc_sft/seed1").
-RUNS = {
-    (f"{v}/seed{s}" if config["variants"][v].get("student") else v): (v, s if config["variants"][v].get("student") else None)
-    for v in VARIANTS
-    for s in (config["variants"][v].get("student") or {}).get("seeds", [None])
-}
-SYNTHETIC = list(config.get("synthetic") or {})
+EVAL_DATASETS = CFG.eval_datasets
+VARIANTS = CFG.runnable_variants
+# A scoring run: an untrained variant, or one training seed of a trained one ("oc_sft/seed42").
+RUNS = CFG.runs
+SYNTHETIC = list(config["synthetic"])
 PRESDEP_VERSION = presdep.__version__
 # Threads of model jobs (scoring, training, the CapCal prior). Locally Snakemake scales a
 # job's threads down to --cores; on a cluster set-threads in the profile decides.
@@ -82,21 +77,44 @@ def qrels_source_file(wildcards):
     if src["format"] == "beir":
         from presdep.data.beir import beir_qrels_path
 
-        return str(beir_qrels_path(src["path"], src.get("split", "test")))
+        return str(beir_qrels_path(src["path"], src["split"]))
     return src["path"]
 
 
 def _figure1_choice():
-    """Figure 1's example: config `figure1: {variant, dataset}`, else the first model variant
-    (the identity scorer never disagrees with itself) on the first reranking dataset."""
-    chosen = dict(config.get("figure1") or {})
-    if "dataset" not in chosen:
-        rerank = [d for d in EVAL_DATASETS if config["datasets"][d]["task"] == "rerank"]
-        chosen["dataset"] = (rerank or EVAL_DATASETS)[0]
-    if "variant" not in chosen:
-        models = [r for r, (v, _) in RUNS.items() if config["variants"][v]["scorer"] != "identity"]
-        chosen["variant"] = (models or list(RUNS))[0]
-    return chosen
+    """Figure 1's example (a scoring run, an eval dataset), named in the config's `figure1`.
+
+    Never guessed: without `figure1` the figure has no input and asking for it says so.
+    """
+    chosen = config.get("figure1")
+    if not chosen:
+        return None
+    missing = [k for k in ("variant", "dataset") if k not in chosen]
+    if missing:
+        raise ValueError(f"figure1: needs {missing} (a scoring run such as {next(iter(RUNS), 'off_the_shelf')!r} and an eval dataset)")
+    if chosen["variant"] not in RUNS:
+        raise ValueError(f"figure1.variant: {chosen['variant']!r} is not a scoring run of this config ({sorted(RUNS)})")
+    if chosen["dataset"] not in EVAL_DATASETS:
+        raise ValueError(f"figure1.dataset: {chosen['dataset']!r} is not an eval dataset of this config ({EVAL_DATASETS})")
+    return dict(chosen)
+
+
+def figure1_choice(wildcards=None):
+    if FIGURE1 is None:
+        raise ValueError(
+            "results/figure1.svg needs `figure1: {variant: <scoring run>, dataset: <eval dataset>}` in the config "
+            f"(runs: {sorted(RUNS)}; eval datasets: {EVAL_DATASETS})"
+        )
+    return FIGURE1
+
+
+def figure1_inputs(wildcards):
+    chosen = figure1_choice()
+    return {
+        "metrics": metrics_files(),
+        "scores": f"results/scores/{chosen['variant']}/{chosen['dataset']}.parquet",
+        "qrels": f"results/{chosen['dataset']}/qrels.parquet",
+    }
 
 
 FIGURE1 = _figure1_choice()
@@ -137,8 +155,12 @@ def score_inputs(wildcards):
     if v.get("student"):
         inputs["selected"] = f"results/models/{name}/selected.json"
     if v.get("calibration") == "capcal":
-        B = protocol_for(config, wildcards.dataset)["B"]
-        inputs["capcal_prior"] = f"results/capcal/{model}/B{B}.parquet"
+        # CapCal recalibrates another run's stored probabilities (only its probes are model work).
+        source = v["reuse_scores_of"]
+        if source not in RUNS or config["variants"][source]["calibration"] != "none":
+            raise ValueError(f"variants.{name}.reuse_scores_of: {source!r} must be a runnable, untrained, "
+                             f"uncalibrated variant (runs: {sorted(RUNS)})")
+        inputs["reuse_scores"] = f"results/scores/{source}/{wildcards.dataset}.parquet"
     return inputs
 
 
@@ -153,8 +175,8 @@ def _score_threads(wildcards):
 # --- BM25 first stage (rules/retrieval.smk) ---
 _BM25_DATASETS = {
     name: spec["candidates"]
-    for name, spec in config.get("datasets", {}).items()
-    if (spec.get("candidates") or {}).get("format") == "bm25"
+    for name, spec in config["datasets"].items()
+    if spec["candidates"]["format"] == "bm25"
 }
 
 

@@ -19,7 +19,7 @@ rule generate_synthetic:
         "../scripts/generate_synthetic.py"
 
 
-SYNTHETIC_TASKS = list(config.get("synthetic_tasks") or {})
+SYNTHETIC_TASKS = list(config["synthetic_tasks"])
 
 
 rule generate_synthetic_task:

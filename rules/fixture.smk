@@ -11,7 +11,8 @@ rule build_fixture:
         gold="results/{dataset}/answers_gold.parquet",
     params:
         dataset_config=lambda wc: config["datasets"][wc.dataset],
-        meta=lambda wc: rule_params(config["datasets"][wc.dataset]),
+        seed=config["protocol"]["seed"],
+        meta=lambda wc: rule_params(config["datasets"][wc.dataset], {"seed": config["protocol"]["seed"]}),
     conda:
         "../envs/cpu.yaml"
     log:

@@ -4,12 +4,20 @@
 rule metrics:
     input:
         unpack(metrics_inputs),
+        # reranking reads t* (and the test half) from the threshold artifact
+        unpack(
+            lambda wc: {"thresholds": f"results/thresholds/{wc.variant}/{wc.dataset}.json"}
+            if config["datasets"][wc.dataset]["task"] == "rerank"
+            else {}
+        ),
     output:
         metrics="results/metrics/{variant}/{dataset}.parquet",
     params:
         task=lambda wc: config["datasets"][wc.dataset]["task"],
         variant=lambda wc: run_variant(wc)[0],
         seed=lambda wc: run_variant(wc)[1],
+        bsc_k=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_k"]),
+        bsc_ensembles=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_ensembles"]),
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"

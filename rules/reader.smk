@@ -1,23 +1,22 @@
 # Reader: a frozen chat model answers each QA question from each presentation's
-# retained paragraphs (score >= t*, t* frozen on the canonical presentation).
-# Config: `reader: {model: <name in models>, max_new_tokens, batch_size, device, dtype}`.
+# top-k paragraphs by score, in score order (no threshold).
+# Config: `reader: {model: <name in models>, k, max_new_tokens, batch_size, device, dtype}`.
 
 QA_DATASETS = [name for name, spec in config["datasets"].items() if spec["task"] == "qa"]
-READER = dict(config.get("reader") or {})
+READER = dict(config["reader"])
 READER_MODEL = READER.get("model")
 if QA_DATASETS and not READER_MODEL:
     raise ValueError(f"QA datasets {QA_DATASETS} need a reader: set `reader: {{model: <name in models>}}`")
-if READER_MODEL and READER_MODEL not in config.get("models", {}):
+if READER_MODEL and READER_MODEL not in config["models"]:
     raise ValueError(f"reader.model {READER_MODEL!r} is not in config['models']")
-READER_SPEC = config.get("models", {}).get(READER_MODEL) or {}
-# The model entry's device (if any) is the reader's default device.
-READER_SETTINGS = {"device": READER_SPEC.get("device", "auto"), **READER}
+READER_SPEC = config["models"][READER_MODEL] if READER_MODEL else {}
+# The model entry's device and dtype are the reader's unless the reader section sets its own.
+READER_SETTINGS = {**{k: READER_SPEC[k] for k in ("device", "dtype") if k in READER_SPEC}, **READER}
 
 
 rule read_answers:
     input:
         scores="results/scores/{variant}/{dataset}.parquet",
-        qrels="results/{dataset}/qrels.parquet",
         candidates="results/{dataset}/candidates.parquet",
         model_dir=f"resources/models/{READER_MODEL}",
     output:
@@ -37,8 +36,8 @@ rule read_answers:
         "benchmarks/out/read_answers/{variant}/{dataset}.tsv"
     threads: MODEL_THREADS
     resources:
-        mem_mb=int(READER_SPEC.get("mem_mb", 4000)),
+        mem_mb=lambda wc: int(READER_SPEC["mem_mb"]),
         runtime=240,
-        gpu=int(READER_SPEC.get("gpu", 0)),
+        gpu=lambda wc: int(READER_SPEC["gpu"]),
     script:
         "../scripts/read_answers.py"

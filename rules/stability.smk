@@ -8,8 +8,8 @@ rule stability:
         json="results/stability/table1.json",
         svg_dir=directory("results/stability/svg"),
     params:
-        resamples=config.get("stability", {}).get("resamples", 2000),
-        seed=config.get("stability", {}).get("seed", 4401),
+        resamples=config["stability"]["resamples"],
+        seed=config["stability"]["seed"],
         version=PRESDEP_VERSION,
     log:
         "logs/stability.log",

@@ -13,6 +13,7 @@ rule table1:
         csv="results/table1.csv",
         md=report("results/table1.md", caption="report/table1.rst", category="Table 1"),
         counts="results/table1_counts.csv",
+        bsc_curve="results/bsc_curve.csv",
     params:
         variants=config["variants"],
         version=PRESDEP_VERSION,
@@ -26,15 +27,15 @@ rule table1:
 
 rule figure1:
     input:
-        metrics=metrics_files(),
-        scores=f"results/scores/{FIGURE1['variant']}/{FIGURE1['dataset']}.parquet",
-        qrels=f"results/{FIGURE1['dataset']}/qrels.parquet",
+        unpack(figure1_inputs),
+        # t* and the test half of the example run: its threshold artifact, the one source of t*.
+        thresholds=lambda wc: "results/thresholds/{variant}/{dataset}.json".format(**figure1_choice()),
     output:
         svg=report("results/figure1.svg", caption="report/figure1.rst", category="Figure 1"),
         png="results/figure1.png",
     params:
-        variant=FIGURE1["variant"],
-        dataset=FIGURE1["dataset"],
+        variant=lambda wc: figure1_choice()["variant"],
+        dataset=lambda wc: figure1_choice()["dataset"],
         version=PRESDEP_VERSION,
     log:
         "logs/figure1.log",

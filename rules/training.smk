@@ -28,6 +28,18 @@ rule silver_labels:
         "../scripts/silver_labels.py"
 
 
+_SELECTION_KEYS = ("lambda_rule", "lambda_fixed", "collapse_floor")
+
+
+def _selection_settings(wc):
+    """The selection rule of a trained variant: the train dataset's task picks it (OC-SFT only)."""
+    s = TRAINED[wc.variant]["student"]
+    task = config["datasets"][s["train"]]["task"]
+    which = s["lambda_rule"][task] if s["objective"] == "oc_sft" else "checkpoint"
+    return {"task": task, "rule": which, "converged_step": s["lambda_warmup_steps"],
+            "collapse_floor": s["collapse_floor"], "fixed_lambda": s["lambda_fixed"]}
+
+
 rule train_student:
     input:
         unpack(_train_inputs),
@@ -38,7 +50,8 @@ rule train_student:
         heldout="results/models/{student}/seed{seed}/heldout.parquet",
         adapter=directory("results/models/{student}/seed{seed}/adapter"),
     params:
-        student=_training_settings,
+        # Selection settings stay out: changing how lambda is chosen never retrains.
+        student=lambda wc: {k: v for k, v in _training_settings(wc).items() if k not in _SELECTION_KEYS},
         variant=lambda wc: _student(wc)[0],
         protocol=lambda wc: protocol_for(config, _student(wc)[2]["train"]),
         version=PRESDEP_VERSION,
@@ -67,6 +80,7 @@ rule select_lambda:
         variant=_talt(TRAINED),
     params:
         runs=_selection_runs,
+        selection=_selection_settings,
         meta=lambda wc: rule_params(TRAINED[wc.variant]["student"]),
     conda:
         "../envs/cpu.yaml"

@@ -9,7 +9,7 @@
 
 import re as _tre
 
-TEACHERS = {k: v for k, v in (config.get("teachers") or {}).items() if not v.get("skip")}
+TEACHERS = {k: v for k, v in config["teachers"].items() if not v.get("skip")}
 TRAINED = {
     name: v for name, v in config["variants"].items() if v.get("student") and not v.get("skip")
 }
@@ -17,7 +17,7 @@ _STUDENT_KEYS_OUTSIDE_TRAINING = ("teacher", "train", "heldout", "seeds", "lambd
 
 
 def _lambdas(v):
-    lam = v["student"].get("lambda", 0.0)
+    lam = v["student"]["lambda"]
     return [float(x) for x in (lam if isinstance(lam, list) else [lam])]
 
 
@@ -87,12 +87,12 @@ def _train_inputs(wc):
 
 
 def _on_gpu(wc):
-    return _student(wc)[2].get("device") == "cuda"
+    return _student(wc)[2]["device"] == "cuda"
 
 
 def _selection_runs(wc):
     v = TRAINED[wc.variant]
-    seeds = [int(x) for x in v["student"].get("seeds", [1])]
+    seeds = [int(x) for x in v["student"]["seeds"]]
     return [
         {"lambda": lam, "seed": seed, "dir": f"results/models/{_student_name(wc.variant, lam)}/seed{seed}"}
         for lam in _lambdas(v)

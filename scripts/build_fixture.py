@@ -11,4 +11,5 @@ build_fixture(
     params=snakemake.params.meta,
     first_stage=snakemake.input.get("first_stage"),
     out_gold=snakemake.output.gold,
+    seed=snakemake.params.seed,
 )

@@ -7,6 +7,7 @@ figure1_from_files(
     list(snakemake.input.metrics),
     snakemake.input.scores,
     snakemake.input.qrels,
+    snakemake.input.thresholds,
     snakemake.output.svg,
     snakemake.output.png,
     variant=snakemake.params.variant,

@@ -13,4 +13,7 @@ metrics_from_files(
     seed=snakemake.params.seed,
     answers_path=snakemake.input.get("answers"),
     gold_path=snakemake.input.get("gold"),
+    thresholds_path=snakemake.input.get("thresholds"),
+    bsc_k=snakemake.params.bsc_k,
+    ensembles=snakemake.params.bsc_ensembles,
 )

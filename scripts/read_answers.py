@@ -5,7 +5,6 @@ from presdep.reader import read_answers_files
 log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
 read_answers_files(
     scores_path=snakemake.input.scores,  # noqa: F821
-    qrels_path=snakemake.input.qrels,  # noqa: F821
     candidates_path=snakemake.input.candidates,  # noqa: F821
     out_path=snakemake.output.answers,  # noqa: F821
     reader_config=snakemake.params.reader,  # noqa: F821

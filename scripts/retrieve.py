@@ -23,7 +23,7 @@ run_first_stage(
     k1=p.bm25["k1"],
     b=p.bm25["b"],
     threads=snakemake.threads,  # noqa: F821
-    topics_split=topics.get("split", "test"),
+    topics_split=topics["split"],
     topics_field=topics.get("field"),
     dataset=snakemake.wildcards.dataset,  # noqa: F821
     params={"presdep": p.presdep, "corpus": p.corpus, "topics": topics},

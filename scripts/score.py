@@ -11,7 +11,7 @@ score_dataset_files(
     variant=snakemake.params.variant,
     protocol=snakemake.params.protocol,
     model_dir=snakemake.input.get("model_dir"),
-    capcal_prior_path=snakemake.input.get("capcal_prior"),
+    reuse_scores_path=snakemake.input.get("reuse_scores"),
     selected_path=snakemake.input.get("selected"),
     seed=snakemake.params.seed,
     threads=snakemake.threads,

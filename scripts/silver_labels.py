@@ -12,6 +12,8 @@ silver_labels_files(
     B=snakemake.params.protocol["B"],
     seed=snakemake.params.protocol["seed"],
     max_doc_chars=snakemake.params.protocol["max_doc_chars"],
+    rubric=snakemake.params.protocol["rubric"],
+    instruction=snakemake.params.protocol["instruction"],
     model_dir=snakemake.input.get("model_dir"),
     cache_dir=snakemake.params.cache_dir,
     threads=snakemake.threads,

@@ -9,4 +9,5 @@ write_table1(
     snakemake.output.csv,
     snakemake.output.md,
     snakemake.output.counts,
+    snakemake.output.bsc_curve,
 )

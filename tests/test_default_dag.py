@@ -40,9 +40,9 @@ def test_whole_default_dag_runs_for_real(tmp_path, smollm2_model_dir):
 
     # The trained row is scored with its selected adapter and carries its seed.
     selected = json.loads((work / "results/models/oc_sft/selected.json").read_text())
-    assert set(selected["adapters"]) == {"1"}
-    metrics = read_table(work / "results/metrics/oc_sft/seed1/synthetic.parquet", "metrics")
-    assert metrics["variant"].unique().to_list() == ["oc_sft"] and metrics["seed"].unique().to_list() == [1]
+    assert set(selected["adapters"]) == {"42"}
+    metrics = read_table(work / "results/metrics/oc_sft/seed42/synthetic.parquet", "metrics")
+    assert metrics["variant"].unique().to_list() == ["oc_sft"] and metrics["seed"].unique().to_list() == [42]
 
     scores = read_table(work / "results/scores/off_the_shelf/synthetic.parquet", "scores")
     probs = scores.select(pl.sum_horizontal("p0", "p1", "p2", "p3"))

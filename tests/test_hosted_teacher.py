@@ -1,26 +1,25 @@
 """The hosted teacher against a real loopback HTTP server speaking chat-completions.
 
-The server (127.0.0.1, an ephemeral port, one per test) injects 429s with
-Retry-After, 500s, timeouts, truncated JSON and wrong grade counts, keyed by the
-prompt text so every fault hits a known prompt on its first attempt(s).
+The server (tests/fault_server.py: 127.0.0.1, an ephemeral port, one per test)
+injects 429s with Retry-After, 500s, timeouts, truncated JSON and wrong grade
+counts, keyed by the prompt text so every fault hits a known prompt on its first
+attempt(s). The failure gate, deadline, scrubbing, coalescing and cache checks are
+in tests/test_hosted_faults.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import re
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import polars as pl
 import pytest
+from fault_server import FaultServer, hosted_spec
 
 from presdep.schemas import read_metadata, read_table, write_table
 from presdep.training.hosted import (
     GradeParseError,
+    HostedConfigError,
     HostedFailure,
     HostedGrader,
     HostedScorer,
@@ -32,96 +31,8 @@ from presdep.training.silver import silver_labels_files
 SECRET = "sk-presdep-test-" + hashlib.sha256(b"not a real key").hexdigest()[:24]
 
 
-def _docs_in(content: str) -> int:
-    return len(re.findall(r"^\[\d+\]", content, re.M))
-
-
-def good_reply(n: int) -> str:
-    return "\n".join(f"[{i}] Grade: {i % 4}" for i in range(1, n + 1))
-
-
-class FaultServer:
-    """``faults`` maps a marker word in the prompt to a list of per-attempt behaviours."""
-
-    def __init__(self, faults: dict[str, list[str]]):
-        self.faults = faults
-        self.lock = threading.Lock()
-        self.requests = 0
-        self.attempts: dict[str, int] = {}
-        self.auth: set[str] = set()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code, body: bytes, headers=()):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                req = json.loads(raw)
-                content = req["messages"][-1]["content"]
-                with server.lock:
-                    server.requests += 1
-                    server.auth.add(self.headers.get("Authorization", ""))
-                    key = hashlib.sha256(content.encode()).hexdigest()
-                    a = server.attempts.get(key, 0)
-                    server.attempts[key] = a + 1
-                plan = next((v for m, v in server.faults.items() if m in content), [])
-                action = plan[a] if a < len(plan) else plan[-1] if plan and plan[-1].startswith("always") else "ok"
-                n = _docs_in(content)
-                if action == "429":
-                    return self._send(429, b'{"error": {"message": "slow down"}}', [("Retry-After", "0.05")])
-                if action in ("500", "always500"):
-                    return self._send(500, b'{"error": {"message": "boom"}}')
-                if action == "400":
-                    return self._send(400, b'{"error": {"message": "bad request"}}')
-                if action == "timeout":
-                    time.sleep(1.0)
-                text = {"wrong_count": good_reply(n - 1), "always_dup": good_reply(n) + "\n[1] Grade: 2",
-                        "out_of_range": good_reply(n).replace("[1] Grade: 1", "[1] Grade: 7")}.get(action, good_reply(n))
-                body = json.dumps({
-                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-                }).encode()
-                if action == "truncated":
-                    body = body[: len(body) // 2]
-                return self._send(200, body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-
 def spec(url, **kw):
-    return {"provider": "openai", "base_url": url, "model": "grader-1", "api_key_env": "PRESDEP_TEST_KEY",
-            "concurrency": 3, "max_retries": 3, "parse_retries": 1, "base_delay_s": 0.001, "max_delay_s": 0.2,
-            "timeout_s": 0.3, **kw}
+    return hosted_spec(url, **kw)
 
 
 FAULTS = {
@@ -135,7 +46,7 @@ def prompts():
     return [(f"question about {w}", [f"{w} doc one", f"{w} doc two", f"{w} doc three"]) for w in words]
 
 
-def test_faults_end_as_labels_or_counted_failures_and_cache_makes_rerun_free(tmp_path, monkeypatch):
+def test_faults_end_as_labels_or_counted_failures_and_reruns_retry_only_parse_failures(tmp_path, monkeypatch):
     monkeypatch.setenv("PRESDEP_TEST_KEY", SECRET)
     slept: list[float] = []
     with FaultServer(FAULTS) as srv:
@@ -145,22 +56,34 @@ def test_faults_end_as_labels_or_counted_failures_and_cache_makes_rerun_free(tmp
         for w in ("alpha", "bravo", "charlie", "delta", "echo", "hotel", "india"):
             assert by_word[w].grades == [1, 2, 3], (w, by_word[w].error)
         assert by_word["foxtrot"].grades is None and "twice" in by_word["foxtrot"].error
+        assert by_word["foxtrot"].kind == "parse"
         assert by_word["golf"].grades is None and "outside 0..3" in by_word["golf"].error
         st = g.stats.as_dict()
         assert st["failures"] == {"parse": 2} and st["prompts_failed"] == 2 and st["prompts_ok"] == 7
         # 9 first attempts + 429 + 2x500 + timeout + truncated (transport) + echo, foxtrot, golf (parse)
         assert srv.requests == 9 + 5 + 3 and st["requests"] == srv.requests
-        assert st["retries"] == 5 and st["parse_errors"] == 5
+        assert st["retries"] == 5 and st["parse_errors"] == 5 and st["parse_retry_requests"] == 3
         assert any(0.05 <= d <= 0.06 for d in slept)  # Retry-After honoured
         assert st["prompt_tokens_paid"] == 100 * (9 + 3)  # only replies that arrived are paid
-        assert srv.auth == {f"Bearer {SECRET}"}
+        assert {e["auth"] for e in srv.log} == {f"Bearer {SECRET}"}
+        # a parse retry is a CHANGED request: the retry note is in the text, not the same call again
+        echo = [e["content"] for e in srv.log if "echo doc one" in e["content"]]
+        assert len(echo) == 2 and "Retry 1" not in echo[0] and "Retry 1" in echo[1]
         first = srv.requests
 
+        # Re-run: labels come from the cache; only the two parse failures are asked again,
+        # each with new attempts (golf's server plan is exhausted, so it now answers well).
         g2 = HostedGrader(spec(srv.url), tmp_path / "cache", sleep=slept.append)
         res2 = g2.grade_many(prompts())
-        assert srv.requests == first  # everything came from the cache
-        assert [r.grades for r in res2] == [r.grades for r in res]
-        assert g2.stats.requests == 0 and g2.stats.failures == {"parse": 2}
+        assert srv.requests == first + 2 + 1
+        asked = [e["content"] for e in srv.log[first:]]
+        assert sorted("foxtrot" in c for c in asked) == [False, True, True]
+        assert all("Retry 2" in c or "Retry 3" in c for c in asked)
+        got = {p[0].split()[-1]: r.grades for p, r in zip(prompts(), res2)}
+        assert got["golf"] == [1, 2, 3] and got["foxtrot"] is None
+        assert {w: v for w, v in got.items() if w not in ("golf", "foxtrot")} == {
+            p[0].split()[-1]: r.grades for p, r in zip(prompts(), res) if r.grades is not None}
+        assert g2.stats.failures == {"parse": 1}
     for f in (tmp_path / "cache").rglob("*"):
         if f.is_file():
             assert SECRET not in f.read_text()
@@ -172,13 +95,13 @@ def test_permanent_errors_are_counted_failures(tmp_path, monkeypatch):
     with FaultServer(faults) as srv:
         g = HostedGrader(spec(srv.url, max_retries=2), tmp_path / "cache", sleep=lambda s: None)
         res = g.grade_many(prompts()[:2] + prompts()[-1:])
-        assert res[0].grades is None and "gave up after 3 attempts" in res[0].error
-        assert res[1].grades is None and "non-retryable" in res[1].error
+        assert res[0].grades is None and "gave up after 3 attempts, last HTTP 500" in res[0].error
+        assert res[1].grades is None and "HTTP 400" in res[1].error and res[1].status == 400
         assert res[2].grades == [1, 2, 3]
-        assert g.stats.failures == {"transport": 2}
+        assert g.stats.failures == {"transport": 2} and g.stats.statuses == {"500": 1, "400": 1}
         assert srv.requests == 3 + 1 + 1
         scorer = HostedScorer(spec(srv.url, max_retries=0), tmp_path / "cache2", sleep=lambda s: None)
-        with pytest.raises(HostedFailure, match="1 of 1 hosted prompts failed"):
+        with pytest.raises(HostedFailure, match="1 of 1 prompts failed"):
             scorer.score_prompts(prompts()[:1])
 
 
@@ -196,24 +119,30 @@ def test_silver_from_hosted_teacher_end_to_end_without_leaking_the_key(tmp_path,
     out = tmp_path / "out" / "silver.parquet"
     caplog.set_level(logging.DEBUG)
     with FaultServer({"alpha": ["429"], "foxtrot": ["always_dup"]}) as srv:
-        teacher = {"kind": "hosted", "T": 3, **spec(srv.url)}
+        # 3 of the 27 prompts hold "foxtrot" and never parse: allowed here (0.2), counted in the metadata
+        teacher = {"kind": "hosted", "T": 3, **spec(srv.url, max_parse_failure_share=0.2)}
         kw = dict(candidates_path=cand_path, out_path=out, teacher="gpt", teacher_spec=teacher, dataset="toy",
                   B=2, seed=7, max_doc_chars=200, cache_dir=tmp_path / "out" / "cache")
         df = silver_labels_files(**kw)
         n_requests = srv.requests
         silver_labels_files(**kw)
-        assert srv.requests == n_requests  # re-run: zero requests
+        # re-run: only the 3 failed prompts are asked again, parse_retries + 1 = 2 new attempts each
+        assert srv.requests == n_requests + 3 * 2
+        assert all("foxtrot" in e["content"] for e in srv.log[n_requests:])
     silver = read_table(out, "silver")
-    assert silver.height == 3 * 5 * 4 and set(silver["presentation"].to_list()) == {0, 1, 2, 3}
+    assert silver.height == 3 * 5 * 3 and set(silver["presentation"].to_list()) == {0, 1, 2}
     # the prompt holding "foxtrot" duplicates a grade every time: its docs have null scores in that presentation
-    assert silver["score"].null_count() > 0
+    assert silver["score"].null_count() == 3 * 2
     meta = read_metadata(out)
-    assert meta["usage"]["failures"] == {"parse": meta["usage"]["prompts_failed"]} and meta["mock"] is False
-    assert meta["usage"]["prompts"] == 3 * 4 * 3
-    # label = mean over presentations 1..T of the non-null scores
-    chk = (silver.filter(pl.col("presentation") >= 1).group_by("query_id", "doc_id")
-           .agg(pl.col("score").drop_nulls().mean().alias("m"), pl.col("label").first()))
+    assert meta["usage"]["failures"] == {"parse": 3} and meta["parse_failures"] == 3 and meta["mock"] is False
+    assert meta["usage"]["prompts"] == 3 * 3 * 3 and meta["transport_failures"] == 0
+    # label = mean over shuffles 0..T-1 of the non-null scores; label_k1 = the score under shuffle 0
+    chk = (silver.group_by("query_id", "doc_id")
+           .agg(pl.col("score").drop_nulls().mean().alias("m"), pl.col("label").first(),
+                pl.col("score").sort_by("presentation").first().alias("s0"), pl.col("label_k1").first()))
     assert chk.filter((pl.col("m") - pl.col("label")).abs() > 1e-12).height == 0
+    assert chk.filter(pl.col("s0").is_null() != pl.col("label_k1").is_null()).height == 0
+    assert chk.filter((pl.col("s0") - pl.col("label_k1")).abs() > 1e-12).height == 0
     assert df.equals(silver)
     for f in (tmp_path / "out").rglob("*"):
         if f.is_file():
@@ -236,12 +165,18 @@ def test_parse_grades_is_strict():
 
 def test_mock_provider_needs_no_key_and_is_labelled(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    scorer = HostedScorer({"provider": "mock", "model": "grader"}, tmp_path / "cache")
+    scorer = HostedScorer(spec(None, provider="mock", model="grader"), tmp_path / "cache")
     ro = scorer.score("where was velmora born", ["velmora was born in tarn", "a cello"])
     assert [r.score for r in ro] == [3.0, 0.0] and all(r.probs is None for r in ro)
     d = scorer.describe()
     assert d["model"].startswith("mock:") and d["hosted"]["mock"] is True and "not reported" in d["tau_psi"]
     with pytest.raises(ValueError, match="secret"):
-        hosted_settings({"provider": "mock", "api_key": "x"})
-    with pytest.raises(RuntimeError, match="PRESDEP_UNSET_KEY"):
-        HostedGrader({"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "PRESDEP_UNSET_KEY"}, tmp_path)
+        hosted_settings({**spec(None, provider="mock"), "api_key": "x"})
+    with pytest.raises(ValueError, match="lack .*timeout_s"):
+        hosted_settings({"provider": "mock", "model": "m"})
+    with pytest.raises(ValueError, match="unknown key.*timeout"):
+        hosted_settings({**spec(None, provider="mock"), "timeout": 3})
+    # the key is read only when a request must be sent, and its absence is then an error naming the variable
+    g = HostedGrader(spec("http://127.0.0.1:9/v1", api_key_env="PRESDEP_UNSET_KEY"), tmp_path / "c2")
+    with pytest.raises(HostedConfigError, match="PRESDEP_UNSET_KEY"):
+        g.grade("q", ["d"])

@@ -1,4 +1,4 @@
-"""The training objectives against hand computations (no model: scores are given tensors)."""
+"""The training objectives against hand computations from METHODS.md (no model: scores are given tensors)."""
 
 from __future__ import annotations
 
@@ -8,153 +8,224 @@ import numpy as np
 import pytest
 import torch
 
+from presdep.presentations import random_shuffle, stable_seed
 from presdep.training.objectives import (
     OCSFT,
     DebiasFirst,
     OrderAveraged,
     PermAug,
+    QueryList,
     SingleOrder,
-    TrainChunk,
-    build_chunks,
+    TrainItem,
+    build_queries,
     lambda_at,
     make_objective,
     slot_propensity_weights,
-    view_order,
+    view_seeds_for,
 )
 
 
-def chunk(qid="q1", cid=0, single=(3.0, 1.0, 0.0), mean=(2.0, 1.5, 0.5)):
-    n = len(single)
-    return TrainChunk(qid, "a query", cid, tuple(f"{qid}-d{i}" for i in range(n)), tuple(f"doc {i}" for i in range(n)),
-                      tuple(single), tuple(mean))
+def qlist(qid="q1", k1=(3.0, 1.0, 0.0, 2.0), k10=(2.0, 1.5, 0.5, 1.0)):
+    n = len(k1)
+    return QueryList(qid, "a query", tuple(f"{qid}-d{i}" for i in range(n)), tuple(f"doc {i}" for i in range(n)),
+                     tuple(k1), tuple(k10))
 
 
 def t(*xs):
     return torch.tensor(xs, dtype=torch.float32, requires_grad=True)
 
 
-def test_single_order_and_order_averaged_by_hand():
-    c = chunk()
-    s = t(2.0, 1.0, 0.5)  # first-stage order: slot i = doc i
-    loss, _ = SingleOrder().loss([c], [[[0, 1, 2]]], [[s]], 0)
-    assert loss.item() == pytest.approx(((2 - 3) ** 2 + 0 + 0.5**2) / 3)
-    loss, _ = OrderAveraged().loss([c], [[[0, 1, 2]]], [[s]], 0)
-    assert loss.item() == pytest.approx((0 + 0.5**2 + 0) / 3)
+# ----------------------------------------------------------------- labels and loss
 
 
-def test_views_are_keyed_by_doc_id():
-    c = chunk()
-    # view: slot 0 shows doc 2, slot 1 doc 0, slot 2 doc 1
-    s = t(0.5, 2.0, 1.0)
-    loss, _ = PermAug().loss([c], [[[2, 0, 1]]], [[s]], 0)
-    # doc2 scored 0.5 vs 0, doc0 2.0 vs 3, doc1 1.0 vs 1
-    assert loss.item() == pytest.approx((0.25 + 1.0 + 0.0) / 3)
+def test_labels_k1_for_four_objectives_and_k10_for_order_averaged():
+    q = qlist()
+    item = TrainItem(0, ((0, 1),))  # first-stage chunk 0 of B = 2: slots show doc 0, doc 1
+    s = t(2.0, 1.0)
+    # k1 = (3, 1): ((2-3)^2 + (1-1)^2) / 2 slots; k10 = (2, 1.5): (0 + 0.25) / 2
+    k1_loss, k10_loss = 0.5, 0.125
+    for obj in (SingleOrder(2), PermAug(2, [0]), DebiasFirst(2, [0], [1.0, 1.0])):
+        assert obj.loss([q], [item], [[s]], 0)[0].item() == pytest.approx(k1_loss), obj.name
+    oc = OCSFT(2, [0, 1], lam=0.0)
+    assert oc.loss([q], [TrainItem(0, ((0, 1), (1, 0)))], [[s, t(1.0, 2.0)]], 0)[0].item() == pytest.approx(k1_loss)
+    assert OrderAveraged(2).loss([q], [item], [[s]], 0)[0].item() == pytest.approx(k10_loss)
+    assert {o.label for o in (SingleOrder(2), PermAug(2, [0]), oc)} == {"k1"} and OrderAveraged(2).label == "k10"
 
 
-def test_batch_mean_is_over_labelled_documents_and_missing_labels_are_masked():
-    c1 = chunk("q1", single=(3.0, None, 1.0))
-    c2 = chunk("q2", single=(0.0, 2.0))
-    s1, s2 = t(2.0, 9.0, 1.0), t(1.0, 2.0)
-    loss, _ = SingleOrder().loss([c1, c2], [[[0, 1, 2]], [[0, 1]]], [[s1], [s2]], 0)
-    assert loss.item() == pytest.approx((1.0 + 0.0 + 1.0 + 0.0) / 4)
+def test_loss_is_keyed_by_document_and_averaged_over_labelled_slots_of_the_batch():
+    q1 = qlist("q1", k1=(3.0, None, 1.0, 0.0))
+    q2 = qlist("q2", k1=(0.0, 2.0, 1.0, 1.0))
+    # item 1: slots show q1 docs 2, 1 (doc 1 unlabelled); item 2: q2 docs 3, 0
+    batch = [TrainItem(0, ((2, 1),)), TrainItem(1, ((3, 0),))]
+    s1, s2 = t(2.0, 9.0), t(1.5, 0.5)
+    loss, parts = PermAug(2, [0]).loss([q1, q2], batch, [[s1], [s2]], 0)
+    # labelled slots: q1 doc2 (2 vs 1), q2 doc3 (1.5 vs 1), q2 doc0 (0.5 vs 0): sum 1 + .25 + .25 over 3 slots
+    assert loss.item() == pytest.approx(1.5 / 3) and parts["supervised"] == pytest.approx(0.5)
     loss.backward()
-    assert s1.grad[1].item() == 0.0  # the unlabelled document gets no supervised gradient
+    assert s1.grad[1].item() == 0.0  # the unlabelled document gets no gradient
 
 
-def test_debias_first_weights_by_slot_by_hand():
-    c = chunk()
-    w = [2.0, 0.5, 0.5]
-    s = t(0.5, 2.0, 1.0)
-    loss, _ = DebiasFirst(w).loss([c], [[[2, 0, 1]]], [[s]], 0)
-    # slot 0 (doc2): 2.0 * 0.25; slot 1 (doc0): 0.5 * 1.0; slot 2 (doc1): 0.5 * 0
-    assert loss.item() == pytest.approx((0.5 + 0.5 + 0.0) / 3)
+# ----------------------------------------------------------------- views
 
 
-def test_debias_first_with_uniform_weights_equals_perm_aug():
-    c = chunk()
-    views = [[[1, 2, 0]]]
-    s = t(0.3, 2.2, 1.7)
-    a, _ = DebiasFirst([1.0, 1.0, 1.0]).loss([c], views, [[s]], 5)
-    b, _ = PermAug().loss([c], views, [[s]], 5)
-    assert a.item() == b.item()
-    assert DebiasFirst([1.0] * 3).views(c, 2, 7) == PermAug().views(c, 2, 7)
+def test_view_seeds_per_training_seed():
+    assert [view_seeds_for(s, 2) for s in (42, 43, 44)] == [[0, 1], [2, 3], [4, 5]]
+    assert view_seeds_for(43, 3) == [3, 4, 5] and view_seeds_for(5, 2, base=1) == [8, 9]
+    with pytest.raises(ValueError, match="view_seed_base"):
+        view_seeds_for(41, 2)
 
 
-def test_oc_sft_by_hand_and_lambda_warmup():
-    c = chunk()
-    va, vb = [0, 1, 2], [2, 1, 0]
-    sa, sb = t(2.0, 1.0, 0.0), t(1.0, 1.0, 1.0)  # sb: doc2 1.0, doc1 1.0, doc0 1.0
-    obj = OCSFT(lam=4.0, warmup_steps=10)
-    loss, parts = obj.loss([c], [[va, vb]], [[sa, sb]], step=5)
-    sup_a = (1.0 + 0.0 + 0.0) / 3
-    sup_b = (4.0 + 0.0 + 1.0) / 3
-    cons = ((2 - 1) ** 2 + 0 + (0 - 1) ** 2) / 3
-    assert parts["lambda"] == pytest.approx(2.0)
-    assert loss.item() == pytest.approx((sup_a + sup_b) / 2 + 2.0 * cons)
-    assert parts["consistency"] == pytest.approx(cons)
-    assert lambda_at(0, 4.0, 10) == 0.0 and lambda_at(10, 4.0, 10) == 4.0 and lambda_at(50, 4.0, 10) == 4.0
-    assert lambda_at(0, 4.0, 0) == 4.0
+def _chunks_of(order, B):
+    return [tuple(order[i : i + B]) for i in range(0, len(order), B)]
 
 
-def test_oc_sft_lambda_zero_equals_two_view_perm_aug_including_gradients():
-    c1, c2 = chunk("q1"), chunk("q2", cid=1)
-    oc, pa = OCSFT(0.0), PermAug(n_views=2)
-    views = [oc.views(c1, 0, 11), oc.views(c2, 3, 11)]
-    assert views == [pa.views(c1, 0, 11), pa.views(c2, 3, 11)]
-    raw = [[[0.1, 2.9, 1.4], [1.0, 0.2, 2.2]], [[3.0, 0.0, 1.1], [0.4, 0.6, 0.9]]]
-    grads = []
-    losses = []
-    for obj in (oc, pa):
-        sc = [[t(*v) for v in cv] for cv in raw]
-        loss, _ = obj.loss([c1, c2], views, sc, step=3)
-        loss.backward()
-        losses.append(loss.item())
-        grads.append(torch.cat([x.grad for cv in sc for x in cv]))
-    assert losses[0] == losses[1]
-    assert torch.equal(grads[0], grads[1])
+def test_perm_aug_reshuffles_the_whole_list_and_rechunks_per_view_seed():
+    queries = [qlist("qa", k1=tuple(float(i % 4) for i in range(7))), qlist("qb", k1=(1.0,) * 5)]
+    B, seeds = 3, [4, 5]
+    for epoch in (0, 1):
+        got = PermAug(B, seeds).items(queries, epoch)
+        # METHODS: per view seed, each query's whole candidate list shuffled, then cut into prompts of B
+        expected = []
+        for v in seeds:
+            for qi, q in enumerate(queries):
+                order = random_shuffle(list(range(len(q))), stable_seed(v, "list_view", epoch, q.query_id))
+                expected += [TrainItem(qi, (c,)) for c in _chunks_of(order, B)]
+        assert got == expected
+    items = PermAug(B, seeds).items(queries, 0)
+    # every document once per view seed; chunk membership is not the first-stage one
+    for qi, q in enumerate(queries):
+        assert sorted(d for it in items if it.query == qi for d in it.views[0]) == sorted(list(range(len(q))) * 2)
+    first_stage = {frozenset(c) for q in queries for c in _chunks_of(list(range(len(q))), B)}
+    assert any(frozenset(it.views[0]) not in first_stage for it in items)
+    # the views come from the view seeds alone; another epoch draws other views
+    assert PermAug(B, seeds).items(queries, 0) == items and PermAug(B, [6, 7]).items(queries, 0) != items
+    assert PermAug(B, seeds).items(queries, 1) != items
+    assert DebiasFirst(B, seeds, [1.0] * B).items(queries, 0) == items
 
 
-def test_views_are_stable_and_depend_on_every_seed_part():
-    v = view_order(1, 0, "q", 0, 0, 8)
-    assert v == view_order(1, 0, "q", 0, 0, 8) and sorted(v) == list(range(8))
-    others = [view_order(2, 0, "q", 0, 0, 8), view_order(1, 1, "q", 0, 0, 8), view_order(1, 0, "r", 0, 0, 8),
-              view_order(1, 0, "q", 1, 0, 8), view_order(1, 0, "q", 0, 1, 8)]
-    assert all(o != v for o in others)
-    # fixed views for the first-stage objectives
-    assert SingleOrder().views(chunk(), 4, 1) == [[0, 1, 2]]
+def test_first_stage_objectives_use_first_stage_chunks():
+    q = qlist(k1=(1.0,) * 5)
+    expected = [TrainItem(0, ((0, 1),)), TrainItem(0, ((2, 3),)), TrainItem(0, ((4,),))]
+    assert SingleOrder(2).items([q], 0) == expected == OrderAveraged(2).items([q], 3)
 
 
-def test_slot_propensity_weights_by_hand():
-    flags = [[True, False, False], [True, True, False], [False, False]]
+def test_oc_sft_views_are_in_chunk_shuffles_from_the_two_view_seeds():
+    q = qlist(k1=(1.0,) * 7)
+    items = OCSFT(3, [2, 3], lam=1.0).items([q], 1)
+    assert len(items) == 3
+    for j, (it, members) in enumerate(zip(items, _chunks_of(list(range(7)), 3))):
+        a = random_shuffle(list(members), stable_seed(2, "chunk_view", 1, q.query_id, j))
+        b = random_shuffle(list(members), stable_seed(3, "chunk_view", 1, q.query_id, j))
+        assert it.views == (tuple(a), tuple(b))
+    with pytest.raises(ValueError, match="exactly 2 view seeds"):
+        OCSFT(3, [0], lam=1.0)
+
+
+# ----------------------------------------------------------------- DebiasFirst
+
+
+def test_slot_propensity_is_the_share_of_all_relevant_documents():
+    flags = [[True, True, False], [True, False, False], [False, False, True], [True, False]]
     w = slot_propensity_weights(flags, 3, eps=1e-3)
-    p = np.array([2 / 3, 1 / 3, 0.0]) + 1e-3
-    expected = (1 / p) / (1 / p).mean()
-    np.testing.assert_allclose(w, expected)
+    # relevant per slot: 3, 1, 1 of 5 relevant documents
+    p = np.array([3 / 5, 1 / 5, 1 / 5]) + 1e-3
+    np.testing.assert_allclose(w, (1 / p) / (1 / p).mean(), rtol=1e-12)
     assert w.mean() == pytest.approx(1.0)
-    assert w[2] > w[1] > w[0]  # the slot with fewest relevant documents weighs most
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="more than B"):
         slot_propensity_weights([[True] * 4], 3)
+    with pytest.raises(ValueError, match="no relevant document"):
+        slot_propensity_weights([[False, False]], 2)
 
 
-def test_build_chunks_cuts_first_stage_order_and_keys_labels():
-    rows = [{"query_id": "q", "query": "x", "doc_id": f"d{r}", "doc": f"t{r}", "first_stage_rank": r} for r in (3, 1, 2, 5, 4)]
-    single = {("q", f"d{r}"): float(r) for r in range(1, 6)}
-    mean = {("q", "d1"): 0.5}
-    ch = build_chunks(rows, single, mean, 2)
-    assert [c.doc_ids for c in ch] == [("d1", "d2"), ("d3", "d4"), ("d5",)]
-    assert ch[1].label_single == (3.0, 4.0) and ch[0].label_mean == (0.5, None)
-    assert [c.chunk_id for c in ch] == [0, 1, 2]
+def test_debias_first_weights_each_document_by_its_first_stage_slot():
+    q = qlist(k1=(3.0, 1.0, 0.0, 2.0))
+    w = [2.0, 0.5]  # B = 2: first-stage slots doc0 -> 0, doc1 -> 1, doc2 -> 0, doc3 -> 1
+    item = TrainItem(0, ((3, 0),))  # doc 3 presented at slot 0, doc 0 at slot 1
+    s = t(1.0, 2.0)
+    loss, _ = DebiasFirst(2, [0, 1], w).loss([q], [item], [[s]], 0)
+    # doc3: weight of first-stage slot 1 (0.5) * (1-2)^2; doc0: first-stage slot 0 (2.0) * (2-3)^2
+    assert loss.item() == pytest.approx((0.5 * 1.0 + 2.0 * 1.0) / 2)
+
+
+def test_debias_first_with_all_ones_weights_equals_perm_aug_including_gradients():
+    queries = [qlist("q1"), qlist("q2", k1=(0.0, 1.0, None, 3.0))]
+    db, pa = DebiasFirst(2, [0, 1], [1.0, 1.0]), PermAug(2, [0, 1])
+    items = db.items(queries, 0)
+    assert items == pa.items(queries, 0)
+    raw = [[0.3 + 0.1 * k, 2.2 - 0.2 * k] for k in range(len(items))]
+    res = []
+    for obj in (db, pa):
+        sc = [[t(*r[: len(it.views[0])])] for r, it in zip(raw, items)]
+        loss, _ = obj.loss(queries, items, sc, 5)
+        loss.backward()
+        res.append((loss.item(), torch.cat([x[0].grad for x in sc])))
+    assert res[0][0] == res[1][0] and torch.equal(res[0][1], res[1][1])
+
+
+# ----------------------------------------------------------------- OC-SFT
+
+
+def test_oc_sft_supervises_view_a_only_plus_consistency():
+    q = qlist(k1=(3.0, 1.0, 0.0, 2.0))
+    item = TrainItem(0, ((0, 1), (1, 0)))  # view A: doc0, doc1; view B: doc1, doc0
+    sa, sb = t(2.0, 1.0), t(0.0, 1.0)  # view B: doc1 0.0, doc0 1.0
+    obj = OCSFT(2, [0, 1], lam=4.0, warmup_steps=10)
+    loss, parts = obj.loss([q], [item], [[sa, sb]], step=5)
+    sup_a = ((2 - 3) ** 2 + (1 - 1) ** 2) / 2  # view B's errors against the label never enter
+    cons = ((2.0 - 1.0) ** 2 + (1.0 - 0.0) ** 2) / 2  # doc0: 2 vs 1, doc1: 1 vs 0
+    assert parts["lambda"] == pytest.approx(2.0) and parts["consistency"] == pytest.approx(cons)
+    assert loss.item() == pytest.approx(sup_a + 2.0 * cons)
+    assert lambda_at(0, 4.0, 10) == 0.0 and lambda_at(10, 4.0, 10) == 4.0 and lambda_at(50, 4.0, 10) == 4.0
+    assert lambda_at(3, 4.0, 0) == 4.0
+
+
+def test_oc_sft_lambda_zero_equals_single_view_training_on_view_a():
+    queries = [qlist("q1"), qlist("q2", k1=(0.0, 2.0, 1.0, None))]
+    obj = OCSFT(2, [0, 1], lam=0.0, warmup_steps=0)
+    items = obj.items(queries, 0)
+    raw_a = [[0.1 + k, 2.9 - k / 2] for k in range(len(items))]
+    sa = [t(*r) for r in raw_a]
+    sb = [t(1.0, 1.0) for _ in items]
+    loss, _ = obj.loss(queries, items, [[a, b] for a, b in zip(sa, sb)], step=7)
+    loss.backward()
+    # single-view training on view A, written from METHODS: sum over labelled slots / their number
+    ref_s = [t(*r) for r in raw_a]
+    errs = []
+    for it, s in zip(items, ref_s):
+        for slot, d in enumerate(it.views[0]):
+            y = queries[it.query].label_k1[d]
+            if y is not None:
+                errs.append((s[slot] - y) ** 2)
+    ref = torch.stack(errs).sum() / len(errs)
+    ref.backward()
+    assert loss.item() == ref.item()
+    assert all(torch.equal(a.grad, r.grad) for a, r in zip(sa, ref_s))
+    assert all(b.grad is None for b in sb)
+
+
+# ----------------------------------------------------------------- construction
+
+
+def test_build_queries_orders_by_first_stage_rank_and_keys_labels():
+    rows = [{"query_id": "q", "query": "x", "doc_id": f"d{r}", "doc": f"t{r}", "first_stage_rank": r} for r in (3, 1, 2)]
+    qs = build_queries(rows, {("q", "d1"): 1.0, ("q", "d3"): 3.0}, {("q", "d2"): 0.5})
+    assert qs[0].doc_ids == ("d1", "d2", "d3") and qs[0].label_k1 == (1.0, None, 3.0)
+    assert qs[0].label_k10 == (None, 0.5, None)
+    with pytest.raises(ValueError, match="twice"):
+        build_queries(rows + [rows[0]], {}, {})
 
 
 def test_make_objective_and_errors():
-    assert make_objective({"objective": "oc_sft", "lambda": 5, "lambda_warmup_steps": 3}).describe()["lambda"] == 5.0
-    assert make_objective({"objective": "perm_aug", "n_views": 2}).n_views == 2
+    oc = make_objective("oc_sft", B=2, view_seeds=[0, 1], lam=5, lambda_warmup_steps=3)
+    assert oc.describe()["lambda"] == 5.0 and oc.describe()["view_seeds"] == [0, 1]
     with pytest.raises(ValueError, match="slot weights"):
-        make_objective({"objective": "debias_first"})
+        make_objective("debias_first", B=2, view_seeds=[0])
     with pytest.raises(ValueError, match="unknown objective"):
-        make_objective({"objective": "nope"})
+        make_objective("nope", B=2)
     with pytest.raises(ValueError):
-        OCSFT(-1.0)
-    with pytest.raises(ValueError):
-        DebiasFirst([1.0, 0.0])
-    assert not math.isnan(OrderAveraged().labels(chunk(mean=(1.0, float("nan"), 2.0)))[0][1].item())
+        OCSFT(2, [0, 1], lam=-1.0)
+    with pytest.raises(ValueError, match="positive finite"):
+        DebiasFirst(2, [0], [1.0, 0.0])
+    with pytest.raises(ValueError, match="2 positive"):
+        DebiasFirst(2, [0], [1.0, 1.0, 1.0])
+    assert not math.isnan(OrderAveraged(2).labels(qlist(k10=(1.0, float("nan"), 2.0, 0.0)))[0][1].item())

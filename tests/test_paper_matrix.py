@@ -34,6 +34,8 @@ def _expected_core_jobs(cfg: dict) -> dict[str, int]:
         "build_fixture": len(datasets),
         "score": len(runnable) * len(datasets),
         "metrics": len(runnable) * len(datasets),
+        # t* is tuned once per (run, reranking dataset) on the development half.
+        "thresholds": len(runnable) * sum(d["task"] == "rerank" for d in datasets.values()),
         "table1": 1,
     }
 

@@ -1,9 +1,8 @@
-"""The frozen QA reader: retained contexts, prompts, batched greedy answers, the job's output."""
+"""The frozen QA reader: top-k contexts, prompts, batched greedy answers, the job's output."""
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import subprocess
 import sys
@@ -14,7 +13,6 @@ import polars as pl
 import pytest
 import torch
 
-from presdep.metrics.compute import compute_metrics
 from presdep.reader import (
     READER_PROMPT_SHA256,
     FrozenReader,
@@ -22,7 +20,7 @@ from presdep.reader import (
     read_answers,
     read_answers_files,
     render_prompt,
-    retained_contexts,
+    top_k_contexts,
 )
 from presdep.schemas import read_metadata, read_table, write_table
 from kill_utils import kill_then_resume
@@ -92,59 +90,59 @@ def _scores(rows):
     })
 
 
-# Query q1: docs a (relevant), b, c; q2: docs x (relevant), y.
+# q1: docs a, b, c, d (first-stage order); q2: x, y (fewer than k).
 SCORES = _scores([
-    ("q1", "a", "canonical", 0, 0, 3.0), ("q1", "b", "canonical", 0, 1, 1.0), ("q1", "c", "canonical", 0, 2, 0.0),
-    ("q2", "x", "canonical", 0, 0, 2.0), ("q2", "y", "canonical", 0, 1, 0.5),
-    # t* = 1.95 (see below). q1 presentation 0 keeps all three, presented c, a, b;
-    # presentation 1 keeps nothing (a and b tie at the top).
-    ("q1", "a", "random_shuffle", 0, 1, 2.5), ("q1", "b", "random_shuffle", 0, 2, 2.2), ("q1", "c", "random_shuffle", 0, 0, 2.1),
-    ("q1", "a", "random_shuffle", 1, 2, 1.0), ("q1", "b", "random_shuffle", 1, 0, 1.0), ("q1", "c", "random_shuffle", 1, 1, 0.0),
+    ("q1", "a", "first_stage", 0, 0, 3.0), ("q1", "b", "first_stage", 0, 1, 1.0),
+    ("q1", "c", "first_stage", 0, 2, 0.0), ("q1", "d", "first_stage", 0, 3, 0.0),
+    ("q2", "x", "first_stage", 0, 0, 2.0), ("q2", "y", "first_stage", 0, 1, 0.5),
+    # Shuffle 0 of q1: by score a (2.5), b (2.2), c (2.1); d (0.3) is fourth, not in the top 3.
+    ("q1", "a", "random_shuffle", 0, 1, 2.5), ("q1", "b", "random_shuffle", 0, 2, 2.2),
+    ("q1", "c", "random_shuffle", 0, 0, 2.1), ("q1", "d", "random_shuffle", 0, 3, 0.3),
+    # Shuffle 1 of q1: a, b and d tie at 1.0; shown earlier wins: b (0), a (2), d (3).
+    ("q1", "a", "random_shuffle", 1, 2, 1.0), ("q1", "b", "random_shuffle", 1, 0, 1.0),
+    ("q1", "c", "random_shuffle", 1, 1, 0.0), ("q1", "d", "random_shuffle", 1, 3, 1.0),
     ("q2", "x", "random_shuffle", 0, 1, 2.0), ("q2", "y", "random_shuffle", 0, 0, 0.1),
     ("q2", "x", "random_shuffle", 1, 0, 0.4), ("q2", "y", "random_shuffle", 1, 1, 3.0),
 ])
-QRELS = pl.DataFrame({"query_id": ["q1", "q1", "q1", "q2", "q2"], "doc_id": ["a", "b", "c", "x", "y"],
-                      "relevance": [1, 0, 0, 1, 0]}, schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
 CANDS = pl.DataFrame({
-    "query_id": ["q1"] * 3 + ["q2"] * 2, "query": ["Q one?"] * 3 + ["Q two?"] * 2,
-    "doc_id": ["a", "b", "c", "x", "y"], "doc": ["A: alpha", "B: beta", "C: gamma", "X: ex", "Y: why"],
-    "first_stage_rank": pl.Series([1, 2, 3, 1, 2], dtype=pl.Int32), "first_stage_score": [3.0, 2.0, 1.0, 2.0, 1.0],
+    "query_id": ["q1"] * 4 + ["q2"] * 2, "query": ["Q one?"] * 4 + ["Q two?"] * 2,
+    "doc_id": ["a", "b", "c", "d", "x", "y"], "doc": ["A: alpha", "B: beta", "C: gamma", "D: delta", "X: ex", "Y: why"],
+    "first_stage_rank": pl.Series([1, 2, 3, 4, 1, 2], dtype=pl.Int32), "first_stage_score": [4.0, 3.0, 2.0, 1.0, 2.0, 1.0],
 })
 
 
-def test_retained_contexts_match_the_metrics_threshold():
-    t, ctx = retained_contexts(SCORES, QRELS)
-    # Canonical pool: q1 (3, 1, 0) with a relevant, q2 (2, 0.5) with x relevant; grid
-    # 0, 0.075, ..., 3 (41 values); any t in (1, 2] gives F1 = 1 on both queries, and the
-    # highest grid value there is 26 * 0.075 = 1.95.
-    assert t == pytest.approx(1.95)
-    metrics = compute_metrics(SCORES, QRELS, dataset="d", task="qa", variant="v", seed=None)
-    t_metrics = metrics.filter(pl.col("metric") == "threshold")["value"][0]
-    assert t == t_metrics
-    got = {(c.perturbation, c.query_id, c.presentation): (c.doc_ids, c.fallback) for c in ctx}
+def test_top_k_contexts_by_hand():
+    got = {(c.perturbation, c.query_id, c.presentation): c.doc_ids for c in top_k_contexts(SCORES, 3)}
     assert got == {
-        ("canonical", "q1", 0): (("a",), False),
-        ("canonical", "q2", 0): (("x",), False),
-        # All three pass t*; presented order is c (0), a (1), b (2).
-        ("random_shuffle", "q1", 0): (("c", "a", "b"), False),
-        # Nothing reaches t*: the top-scored doc stands in; a and b tie at 1.0, the
-        # larger doc id wins (trec_eval order), so b.
-        ("random_shuffle", "q1", 1): (("b",), True),
-        ("random_shuffle", "q2", 0): (("x",), False),
-        ("random_shuffle", "q2", 1): (("y",), False),
-    }
-    # By score instead: a (2.5), b (2.2), c (2.1).
-    _, by_score = retained_contexts(SCORES, QRELS, order="score")
-    assert [c.doc_ids for c in by_score if (c.perturbation, c.query_id, c.presentation) == ("random_shuffle", "q1", 0)] == [("a", "b", "c")]
-    with pytest.raises(ValueError, match="context order 'random'"):
-        retained_contexts(SCORES, QRELS, order="random")
-    t2, ctx2 = retained_contexts(SCORES, QRELS, threshold=0.0)
-    assert t2 == 0.0 and all(len(c.doc_ids) == (3 if c.query_id == "q1" else 2) for c in ctx2)
+        ("random_shuffle", "q1", 0): ("a", "b", "c"),
+        ("random_shuffle", "q1", 1): ("b", "a", "d"),
+        ("random_shuffle", "q2", 0): ("x", "y"),
+        ("random_shuffle", "q2", 1): ("y", "x"),
+    }  # the first-stage pass is not read
+    five = {(c.query_id, c.presentation): c.doc_ids for c in top_k_contexts(SCORES, 5)}
+    assert five[("q1", 0)] == ("a", "b", "c", "d") and five[("q1", 1)] == ("b", "a", "d", "c")
+    with pytest.raises(ValueError, match=r"k must be one of \(3, 5\), got 4"):
+        top_k_contexts(SCORES, 4)
+    with pytest.raises(ValueError, match="only the first-stage pass"):
+        top_k_contexts(SCORES.filter(pl.col("perturbation") == "first_stage"), 3)
 
 
-def test_retained_contexts_need_a_canonical_presentation():
-    with pytest.raises(ValueError, match="no canonical presentation"):
-        retained_contexts(SCORES.filter(pl.col("perturbation") != "canonical"), QRELS)
+def test_top_k_contexts_of_bsc_ensembles():
+    # K = 2, 2 ensembles: shuffles 0-1 and 2-3. Means by hand (q1):
+    #   ensemble 0: a (2.5+1.0)/2 = 1.75, b (2.2+1.0)/2 = 1.6, c (2.1+0)/2 = 1.05, d (0.3+1.0)/2 = 0.65
+    #   ensemble 1: a (0+1)/2 = 0.5, b (1+0)/2 = 0.5, c 2.0, d 0.5 -> c, then the 0.5 ties by
+    #   first-stage rank (an average was not shown anywhere): a, b.
+    extra = _scores([
+        ("q1", "a", "random_shuffle", 2, 0, 0.0), ("q1", "b", "random_shuffle", 2, 1, 1.0),
+        ("q1", "c", "random_shuffle", 2, 2, 2.0), ("q1", "d", "random_shuffle", 2, 3, 0.0),
+        ("q1", "a", "random_shuffle", 3, 3, 1.0), ("q1", "b", "random_shuffle", 3, 2, 0.0),
+        ("q1", "c", "random_shuffle", 3, 1, 2.0), ("q1", "d", "random_shuffle", 3, 0, 1.0),
+    ])
+    scores = pl.concat([SCORES.filter(pl.col("query_id") == "q1"), extra])
+    got = {c.presentation: c.doc_ids for c in top_k_contexts(scores, 3, bsc_k=2, ensembles=2)}
+    assert got == {0: ("a", "b", "c"), 1: ("c", "a", "b")}
+    with pytest.raises(ValueError, match="needs random_shuffle presentations 0..5"):
+        top_k_contexts(scores, 3, bsc_k=2, ensembles=3)
 
 
 class _TitleReader:
@@ -153,33 +151,26 @@ class _TitleReader:
     def __init__(self):
         self.calls = []
 
-    def answer(self, items, progress=False, done_dir=None):
+    def generate_for(self, items, progress=False, done_dir=None):
         self.calls.append(items)
-        return [ps[0].split(":")[0] for _, ps in items]
+        return [f"The answer is: {ps[0].split(':')[0]}.\nmore" for _, ps in items]
 
 
-def test_read_answers_feeds_the_answer_metrics(tmp_path):
+def test_read_answers_rows_and_raw_text():
     fake = _TitleReader()
-    answers, facts = read_answers(SCORES, QRELS, CANDS, fake)
-    assert facts["fallbacks"] == 1 and facts["threshold"] == pytest.approx(1.95)
-    # Paragraph texts in presented order reach the reader.
-    items = dict(zip([(r["perturbation"], r["query_id"], r["presentation"]) for r in answers.iter_rows(named=True)], fake.calls[0]))
-    assert items[("random_shuffle", "q1", 0)] == ("Q one?", ["C: gamma", "A: alpha", "B: beta"])
-    write_table(answers, tmp_path / "a.parquet", "answers")
-    gold = pl.DataFrame({"query_id": ["q1", "q2"], "answer": ["a", "the X"]})
-    m = compute_metrics(SCORES, QRELS, dataset="d", task="qa", variant="v", seed=None, answers=answers, gold=gold)
-    val = {(r["perturbation"], r["query_id"], r["metric"]): r["value"] for r in m.iter_rows(named=True)}
-    # q1 answers C then B: flip 1/2; q2 answers X then Y: flip 1/2.
-    assert val[("random_shuffle", "q1", "answer_flip")] == 0.5
-    assert val[("random_shuffle", "q2", "answer_flip")] == 0.5
-    # EM: q1 (gold "a") never right; q2 (gold "the X" -> "x") right once of two.
-    assert val[("random_shuffle", "q1", "em")] == 0.0 and val[("random_shuffle", "q2", "em")] == 0.5
-    assert val[("canonical", "q1", "em")] == 1.0 and val[("canonical", "q2", "em")] == 1.0
+    answers, facts = read_answers(SCORES, CANDS, fake, k=3)
+    assert facts["k"] == 3 and facts["presentations"] == 4
+    # Paragraph texts of the top 3, in score order, reach the reader.
+    items = dict(zip([(r["query_id"], r["presentation"]) for r in answers.iter_rows(named=True)], fake.calls[0]))
+    assert items[("q1", 1)] == ("Q one?", ["B: beta", "A: alpha", "D: delta"])
+    got = {(r["query_id"], r["presentation"]): (r["answer"], r["raw_answer"]) for r in answers.iter_rows(named=True)}
+    assert got[("q1", 0)] == ("A", "The answer is: A.\nmore")
+    assert got[("q1", 1)][0] == "B" and got[("q2", 1)][0] == "Y"
 
 
 def test_read_answers_refuses_unknown_docs():
     with pytest.raises(ValueError, match=r"doc\(s\) \['c'\] of query 'q1' that are not in the candidates"):
-        read_answers(SCORES, QRELS, CANDS.filter(pl.col("doc_id") != "c"), _TitleReader(), threshold=0.0)
+        read_answers(SCORES, CANDS.filter(pl.col("doc_id") != "c"), _TitleReader(), k=3)
 
 
 def test_generation_is_batch_independent_and_deduplicated(tiny, tokenizer):
@@ -214,22 +205,32 @@ def test_job_writes_the_answers_contract(tiny, tokenizer, tmp_path):
     model_dir = tmp_path / "model"
     tiny.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    for name, df, kind in (("s", SCORES, "scores"), ("q", QRELS, "qrels"), ("c", CANDS, "candidates")):
-        write_table(df, tmp_path / f"{name}.parquet", kind)
+    write_table(SCORES, tmp_path / "s.parquet", "scores", bsc_k=1, bsc_ensembles=4)
+    write_table(CANDS, tmp_path / "c.parquet", "candidates")
     out = tmp_path / "answers" / "v" / "d.parquet"
-    read_answers_files(scores_path=tmp_path / "s.parquet", qrels_path=tmp_path / "q.parquet",
-                       candidates_path=tmp_path / "c.parquet", out_path=out,
-                       reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu"},
+    read_answers_files(scores_path=tmp_path / "s.parquet", candidates_path=tmp_path / "c.parquet", out_path=out,
+                       reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 5},
                        model_dir=model_dir, max_doc_chars=100, threads=1)
     answers = read_table(out, "answers")
-    assert answers.height == 6 and set(answers["perturbation"]) == {"canonical", "random_shuffle"}
+    assert answers.height == 4 and set(answers["perturbation"]) == {"random_shuffle"}
+    assert answers["raw_answer"].null_count() == 0
+    # The stored answer is the cleaned raw text.
+    assert [clean_answer(x) for x in answers["raw_answer"]] == answers["answer"].to_list()
     meta = read_metadata(out)
-    assert meta["reader"]["prompt_sha256"] == READER_PROMPT_SHA256
-    assert meta["facts"]["fallbacks"] == 1 and math.isclose(meta["facts"]["threshold"], 1.95)
+    assert meta["reader"]["prompt_sha256"] == READER_PROMPT_SHA256 and meta["k"] == 5
     assert not list(out.parent.glob(".*.tmp")), "written atomically"
+    with pytest.raises(ValueError, match=r"lacks \['k', 'max_new_tokens', 'batch_size', 'dtype'\]"):
+        read_answers_files(scores_path=tmp_path / "s.parquet", candidates_path=tmp_path / "c.parquet", out_path=out,
+                           reader_config={"device": "cpu"}, model_dir=model_dir)
+    write_table(SCORES, tmp_path / "old.parquet", "scores")
+    with pytest.raises(ValueError, match="old.parquet: scores metadata lacks bsc_k"):
+        read_answers_files(scores_path=tmp_path / "old.parquet", candidates_path=tmp_path / "c.parquet", out_path=out,
+                           reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 5},
+                           model_dir=model_dir)
 
 
-# Reads every permutation of three paragraphs for four questions (t* = 0 keeps all),
+# Reads every permutation of three paragraphs for four questions (equal scores: the
+# top 3 in presented order),
 # slowing each generate() call down so the test can kill the job part-way.
 SLOW_READ = textwrap.dedent(
     """
@@ -247,9 +248,9 @@ SLOW_READ = textwrap.dedent(
 
     transformers.GenerationMixin.generate = slow
     d = sys.argv[1]
-    read_answers_files(scores_path=d + "/s.parquet", qrels_path=d + "/q.parquet", candidates_path=d + "/c.parquet",
+    read_answers_files(scores_path=d + "/s.parquet", candidates_path=d + "/c.parquet",
                        out_path=sys.argv[2], model_dir=d + "/model", max_doc_chars=100, threads=1,
-                       reader_config={"max_new_tokens": 3, "batch_size": 2, "device": "cpu", "threshold": 0.0})
+                       reader_config={"max_new_tokens": 3, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 3})
     print(len(calls))
     """
 )
@@ -262,20 +263,17 @@ def test_killed_reader_resumes_with_an_identical_file(tiny, tokenizer, tmp_path)
     for q in range(4):
         docs = [f"q{q}d{i}" for i in range(3)]
         cands += [(f"q{q}", f"Question {q}?", d, f"Doc {d}: text {q * 3 + i}", i + 1) for i, d in enumerate(docs)]
-        rows += [(f"q{q}", d, "canonical", 0, i, 1.0) for i, d in enumerate(docs)]
+        rows += [(f"q{q}", d, "first_stage", 0, i, 1.0) for i, d in enumerate(docs)]
         for m, perm in enumerate(itertools.permutations(range(3))):
             rows += [(f"q{q}", docs[i], "random_shuffle", m, pos, 1.0) for pos, i in enumerate(perm)]
     c = pl.DataFrame(cands, schema=["query_id", "query", "doc_id", "doc", "first_stage_rank"], orient="row")
     c = c.with_columns(pl.col("first_stage_rank").cast(pl.Int32), first_stage_score=pl.lit(1.0))
-    write_table(_scores(rows), tmp_path / "s.parquet", "scores")
+    write_table(_scores(rows), tmp_path / "s.parquet", "scores", bsc_k=1, bsc_ensembles=4)
     write_table(c, tmp_path / "c.parquet", "candidates")
-    write_table(pl.DataFrame({"query_id": [f"q{q}" for q in range(4)], "doc_id": [f"q{q}d0" for q in range(4)],
-                              "relevance": [1] * 4}, schema={"query_id": pl.String, "doc_id": pl.String,
-                                                             "relevance": pl.Int32}), tmp_path / "q.parquet", "qrels")
     script = tmp_path / "read.py"
     script.write_text(SLOW_READ)
     ref, out = tmp_path / "ref.parquet", tmp_path / "out.parquet"
-    # 4 questions x 6 orders = 24 distinct prompts (the canonical order repeats one): 12 batches of 2.
+    # 4 questions x 6 orders = 24 distinct prompts (the first-stage pass is not read): 12 batches of 2.
     first = subprocess.run([sys.executable, str(script), str(tmp_path), str(ref), "0"], check=True,
                            capture_output=True, text=True)
     assert int(first.stdout.split()[-1]) == 12

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from presdep.reports import ReportError, export_report, read_report, reports_frame, task_cluster
+from presdep.reports import ReportError, export_report, prompt_variant, read_report, reports_frame, task_cluster
 from presdep.stability import TABLE1_COLUMNS, column_values
 
 
@@ -23,6 +23,20 @@ def test_task_cluster():
     assert task_cluster("q17") == "q17"
     assert task_cluster("q-v") == "q-v"
     assert task_cluster("-v1") == "-v1"  # no base left: not a variant suffix
+
+
+def test_prompt_variant():
+    assert prompt_variant("q17-v2") == "v2"
+    assert prompt_variant("a-b-v10") == "v10"
+    assert prompt_variant("q17") is None and prompt_variant("-v1") is None and prompt_variant("q-v") is None
+
+
+def test_summary_object_is_allowed_and_checked(tmp_path):
+    ok = dump(tmp_path / "ok.json", {"model": "m", "summary": {"mean": 0.5}, "tasks": [{"id": "a", "score": 0.5}]})
+    assert read_report(ok).tasks == [("report", "a", 0.5)]
+    bad = dump(tmp_path / "bad.json", {"model": "m", "summary": [1], "tasks": [{"id": "a", "score": 0.5}]})
+    with pytest.raises(ReportError, match="bad.json: 'summary' must be an object, got list"):
+        read_report(bad)
 
 
 @pytest.mark.parametrize(

@@ -148,20 +148,19 @@ def test_unknown_format():
 
 
 def test_fixture_writes_empty_gold_for_responses(shared_data, tmp_path):
-    """The workflow's fixture step on RM-Bench (active once build_fixture writes gold answers)."""
-    import inspect
-
+    """The workflow's fixture step on RM-Bench: a seeded sample of 40 prompts, no gold answers."""
     from presdep import fixtures
-    from presdep.schemas import read_table
+    from presdep.schemas import read_metadata, read_table
 
-    if "out_gold" not in inspect.signature(fixtures.build_fixture).parameters:
-        pytest.skip("build_fixture does not write gold answers (out_gold) in this checkout")
     cfg = {"task": "response", "candidates": {"format": "rm_bench_json", "path": str(shared_data / "rm-bench" / "chat_filtered.json")},
            "max_queries": 40}
     out = {k: tmp_path / f"{k}.parquet" for k in ("c", "q", "g")}
-    fixtures.build_fixture("rm-bench-chat", cfg, out["c"], out["q"], out_gold=out["g"])
-    first40 = [str(e["id"]) for e in json.loads((shared_data / "rm-bench" / "chat_filtered.json").read_text(encoding="utf-8"))[:40]]
+    fixtures.build_fixture("rm-bench-chat", cfg, out["c"], out["q"], out_gold=out["g"], seed=4401)
+    every = {str(e["id"]) for e in json.loads((shared_data / "rm-bench" / "chat_filtered.json").read_text(encoding="utf-8"))}
     cands = read_table(out["c"], "candidates")
-    assert sorted(cands["query_id"].unique()) == sorted(first40) and cands.height == 240
+    kept = set(cands["query_id"].unique())
+    assert len(kept) == 40 and kept <= every and cands.height == 240
+    assert read_metadata(out["c"])["query_subset"] == {"rule": "seeded_sample", "seed": 4401, "max_queries": 40,
+                                                      "queries": 40, "of": len(every)}
     assert read_table(out["q"], "qrels")["relevance"].sum() == 120
     assert read_table(out["g"], "answers_gold").height == 0

@@ -253,7 +253,7 @@ def test_outputs_round_trip(tiny_index: tuple[Path, Path], tmp_path: Path) -> No
     with pytest.raises(KeyError, match="not in the topics"):
         first_stage_candidates(df, data, "beir", {"q1": "zebra lion"})
     # the form the fixture builder uses: the Parquet as read by polars + the candidates config entry
-    source = {"format": "bm25", "corpus": {"format": "beir", "path": str(data)}, "topics": {"format": "beir", "path": str(data)}}
+    source = {"format": "bm25", "corpus": {"format": "beir", "path": str(data)}, "topics": {"format": "beir", "path": str(data), "split": "test"}}
     assert first_stage_candidates(pl.read_parquet(out / "fs.parquet"), source).equals(cands)
     # a run from elsewhere keeps its rank numbers, but a rank may not repeat within a query
     gappy = df.with_columns(pl.col("rank") * 10)

@@ -1,4 +1,4 @@
-"""score_dataset: presentations, contract, BSC, resumability after kill -9."""
+"""score_dataset: the first-stage pass, presentations, contract, BSC shuffles, resumability after kill -9."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from presdep.scoring.run import score_dataset
 from presdep.scoring.template import load_template
 from kill_utils import kill_then_resume
 
+
+# A variant as the validated config hands it over (the schema's defaults filled in).
+V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 4, "capcal_beta": 1.0}
 
 def make_candidates(n_queries: int = 4, n_docs: int = 7) -> pl.DataFrame:
     rows = []
@@ -64,12 +67,12 @@ class SlotTextScorer:
 def test_identity_rows_and_contract(tmp_path):
     cand = make_candidates()
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant={"scorer": "identity"}, protocol=PROTOCOL, out_path=out)
+    score_dataset(cand, dataset="toy", variant={**V, "scorer": "identity"}, protocol=PROTOCOL, out_path=out)
     df = read_table(out, "scores")
     n_q, n_d, m = 4, 7, PROTOCOL["M"]
     assert df.height == n_q * n_d * (1 + 2 * m)
     counts = df.group_by("perturbation").len().sort("perturbation")
-    assert dict(counts.iter_rows()) == {"canonical": n_q * n_d, "random_shuffle": n_q * n_d * m, "within_chunk": n_q * n_d * m}
+    assert dict(counts.iter_rows()) == {"first_stage": n_q * n_d, "random_shuffle": n_q * n_d * m, "within_chunk": n_q * n_d * m}
     # Identity: n - rank, independent of the presentation.
     joined = df.join(cand, on=["query_id", "doc_id"])
     assert (joined["score"] == (n_d - joined["first_stage_rank"]).cast(pl.Float64)).all()
@@ -82,10 +85,13 @@ def test_identity_rows_and_contract(tmp_path):
     g = df.filter((pl.col("perturbation") == "random_shuffle") & (pl.col("presentation") == 1) & (pl.col("query_id") == "q2"))
     base = cand.filter(pl.col("query_id") == "q2").sort("first_stage_rank")["doc_id"].to_list()
     assert g.sort("position")["doc_id"].to_list() == random_shuffle(base, shuffle_seed(13, "toy", "q2", 1))
-    canon = df.filter(pl.col("perturbation") == "canonical")
-    assert (canon["position"] == canon.join(cand, on=["query_id", "doc_id"])["first_stage_rank"] - 1).all()
+    first = df.filter(pl.col("perturbation") == "first_stage")
+    assert set(first["presentation"]) == {0}
+    assert (first["position"] == first.join(cand, on=["query_id", "doc_id"])["first_stage_rank"] - 1).all()
     meta = read_metadata(out)
     assert meta["params"]["protocol"]["M"] == 3 and meta["params"]["variant"]["bsc_k"] == 1
+    assert meta["perturbations"] == ["first_stage", "random_shuffle", "within_chunk"]
+    assert meta["presentations"] == {"first_stage": 1, "random_shuffle": 3, "within_chunk": 3}
     assert not (tmp_path / "s.parquet.partial").exists()
 
 
@@ -94,16 +100,18 @@ def test_prompts_slots_and_texts(tmp_path, chunking):
     cand = make_candidates(2, 8)
     scorer = SlotTextScorer()
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant={"scorer": "fake", "chunking": chunking}, protocol=PROTOCOL,
+    score_dataset(cand, dataset="toy", variant={**V, "scorer": "fake", "chunking": chunking}, protocol=PROTOCOL,
                   out_path=out, scorer=scorer)
     df = read_table(out, "scores")
     seen = list(scorer.prompts)
     # 2 queries x (1 + 2M presentations) x 3 prompts of at most B = 3 documents.
     assert len(seen) == 2 * 7 * 3
     assert all(q.startswith("query ") and 1 <= len(d) <= 3 for q, d in seen)
-    parts = chunk_positions(8, 3, chunking)
+    # A random shuffle is cut into consecutive prompts for every variant; the variant's
+    # chunking applies to the first-stage pass and to within_chunk membership.
+    cut = {"first_stage": chunking, "within_chunk": chunking, "random_shuffle": "contiguous"}
     for row in df.iter_rows(named=True):
-        assert parts[row["prompt"]][row["slot"]] == row["position"]
+        assert chunk_positions(8, 3, cut[row["perturbation"]])[row["prompt"]][row["slot"]] == row["position"]
     # The readout of a row is the fake scorer's for that doc text at that slot.
     texts = dict(zip(cand["doc_id"], cand["doc"]))
     for row in df.head(30).iter_rows(named=True):
@@ -114,38 +122,70 @@ def test_prompts_slots_and_texts(tmp_path, chunking):
     assert np.allclose(probs, 1.0, atol=1e-6)
 
 
-def test_bsc_averages_k_shuffles(tmp_path):
+def _direct_readouts(ref, q, order, texts, chunking="contiguous"):
+    """Reference: each prompt of ``order`` read directly, cut by ``chunking``."""
+    got = {}
+    for j, pos in enumerate(chunk_positions(len(order), 3, chunking)):
+        docs = [order[x] for x in pos]
+        for s, (d, ro) in enumerate(zip(docs, ref.score(q, [texts[x] for x in docs]))):
+            got[d] = (ro.score, pos[s], j, s)
+    return got
+
+
+def test_bsc_stores_raw_scores_of_e_times_k_shuffles(tmp_path):
     cand = make_candidates(2, 6)
-    k = 3
+    k, e = 3, 2
     out = tmp_path / "s.parquet"
-    proto = {**PROTOCOL, "perturbations": ["random_shuffle"]}
-    score_dataset(cand, dataset="toy", variant={"scorer": "fake", "bsc_k": k}, protocol=proto,
+    proto = {**PROTOCOL, "perturbations": ["random_shuffle"]}  # M = 3 is not used by BSC
+    score_dataset(cand, dataset="toy", variant={**V, "scorer": "fake", "bsc_k": k, "bsc_ensembles": e}, protocol=proto,
                   out_path=out, scorer=SlotTextScorer())
     df = read_table(out, "scores")
+    shuffles = df.filter(pl.col("perturbation") == "random_shuffle")
+    assert sorted(shuffles["presentation"].unique().to_list()) == list(range(e * k))
     ref = SlotTextScorer()
     q = "q1"
     g = cand.filter(pl.col("query_id") == q).sort("first_stage_rank")
     ids, texts = g["doc_id"].to_list(), dict(zip(g["doc_id"], g["doc"]))
-    m = 2
-    pres = random_shuffle(ids, shuffle_seed(13, "toy", q, m))
-    acc = {d: [] for d in ids}
-    first = {}
-    for kk in range(k):
-        member = random_shuffle(pres, stable_seed(13, "toy", q, "bsc", m, kk))
-        for j, pos in enumerate(chunk_positions(6, 3)):
-            docs = [member[x] for x in pos]
-            for s, (d, ro) in enumerate(zip(docs, ref.score(q, [texts[x] for x in docs]))):
-                acc[d].append(ro.score)
-                if kk == 0:
-                    first[d] = (pos[s], j, s)
-    got = df.filter((pl.col("perturbation") == "random_shuffle") & (pl.col("presentation") == m) & (pl.col("query_id") == q))
-    for row in got.iter_rows(named=True):
-        assert row["score"] == pytest.approx(np.mean(acc[row["doc_id"]]))
-        assert (row["position"], row["prompt"], row["slot"]) == first[row["doc_id"]]
-    # The canonical row of BSC is a single first-stage pass.
-    canon = df.filter((pl.col("perturbation") == "canonical") & (pl.col("query_id") == q)).sort("position")
-    single = ref.score(q, [texts[d] for d in ids[:3]])
-    assert canon["score"].head(3).to_list() == pytest.approx([r.score for r in single])
+    for m in range(e * k):  # presentation m = shuffle m, the same seeds as every other variant
+        want = _direct_readouts(ref, q, random_shuffle(ids, shuffle_seed(13, "toy", q, m)), texts)
+        got = shuffles.filter((pl.col("presentation") == m) & (pl.col("query_id") == q))
+        assert got.height == 6
+        for row in got.iter_rows(named=True):
+            assert (row["score"], row["position"], row["prompt"], row["slot"]) == pytest.approx(want[row["doc_id"]])
+    # The first-stage pass of BSC is one pass over the first-stage order.
+    first = df.filter((pl.col("perturbation") == "first_stage") & (pl.col("query_id") == q)).sort("position")
+    assert first["doc_id"].to_list() == ids
+    assert first["score"].to_list() == pytest.approx([want[0] for want in
+                                                      (_direct_readouts(ref, q, ids, texts)[d] for d in ids)])
+    meta = read_metadata(out)
+    assert (meta["bsc_k"], meta["bsc_ensembles"]) == (k, e)
+    assert meta["presentations"]["random_shuffle"] == e * k
+
+
+def test_round_robin_changes_only_the_first_stage_pass(tmp_path):
+    """Round-robin and off the shelf: identical shuffled rows, different first-stage pass."""
+    cand = make_candidates(2, 8)
+    proto = {**PROTOCOL, "perturbations": ["random_shuffle"]}
+    frames = {}
+    for chunking in ("contiguous", "round_robin"):
+        out = tmp_path / f"{chunking}.parquet"
+        score_dataset(cand, dataset="toy", variant={**V, "scorer": "fake", "chunking": chunking}, protocol=proto,
+                      out_path=out, scorer=SlotTextScorer())
+        frames[chunking] = read_table(out, "scores")
+    shuf = [f.filter(pl.col("perturbation") == "random_shuffle") for f in frames.values()]
+    assert shuf[0].equals(shuf[1])
+    ref, q = SlotTextScorer(), "q0"
+    g = cand.filter(pl.col("query_id") == q).sort("first_stage_rank")
+    ids, texts = g["doc_id"].to_list(), dict(zip(g["doc_id"], g["doc"]))
+    # Round-robin by hand: 8 documents, B = 3 -> P = 3 prompts: ranks {1,4,7}, {2,5,8}, {3,6}.
+    by_hand = {0: [ids[0], ids[3], ids[6]], 1: [ids[1], ids[4], ids[7]], 2: [ids[2], ids[5]]}
+    rr = frames["round_robin"].filter((pl.col("perturbation") == "first_stage") & (pl.col("query_id") == q))
+    for j, members in by_hand.items():
+        got = rr.filter(pl.col("prompt") == j).sort("slot")
+        assert got["doc_id"].to_list() == members
+        assert got["score"].to_list() == pytest.approx([r.score for r in ref.score(q, [texts[d] for d in members])])
+    contiguous = frames["contiguous"].filter((pl.col("perturbation") == "first_stage") & (pl.col("query_id") == q))
+    assert not np.allclose(contiguous.sort("doc_id")["score"].to_numpy(), rr.sort("doc_id")["score"].to_numpy())
 
 
 def test_middle_injection_and_skip(tmp_path, caplog):
@@ -154,7 +194,7 @@ def test_middle_injection_and_skip(tmp_path, caplog):
     qrels = pl.DataFrame({"query_id": ["q0", "q0", "q1", "q2"], "doc_id": ["q0d05", "q0d03", "q1d02", "q2d01"],
                           "relevance": [2, 2, 0, 1]}).with_columns(pl.col("relevance").cast(pl.Int32))
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant={"scorer": "identity"},
+    score_dataset(cand, dataset="toy", variant={**V, "scorer": "identity"},
                   protocol={**PROTOCOL, "perturbations": ["middle_injection"]}, out_path=out, qrels=qrels)
     df = read_table(out, "scores").filter(pl.col("perturbation") == "middle_injection")
     assert sorted(df["query_id"].unique().to_list()) == ["q0", "q2"]  # q1 has no relevant doc
@@ -167,20 +207,29 @@ def test_middle_injection_and_skip(tmp_path, caplog):
     assert read_metadata(out)["middle_injection_skipped"] == ["q1"]
     assert "middle_injection skipped for 1 of 3" in caplog.text
     with pytest.raises(ValueError, match="needs qrels"):
-        score_dataset(cand, dataset="toy", variant={"scorer": "identity"},
+        score_dataset(cand, dataset="toy", variant={**V, "scorer": "identity"},
                       protocol={**PROTOCOL, "perturbations": ["middle_injection"]}, out_path=out)
 
 
 def test_bad_inputs(tmp_path):
     cand = make_candidates(1, 3)
     with pytest.raises(ValueError, match="perturbations"):
-        score_dataset(cand, dataset="t", variant={"scorer": "identity"},
+        score_dataset(cand, dataset="t", variant={**V, "scorer": "identity"},
                       protocol={**PROTOCOL, "perturbations": ["nope"]}, out_path=tmp_path / "x.parquet")
     with pytest.raises(ValueError, match="unknown scorer"):
-        score_dataset(cand, dataset="t", variant={"scorer": "nope"}, protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
+        score_dataset(cand, dataset="t", variant={**V, "scorer": "nope"}, protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
     dup = pl.concat([cand, cand.head(1)])
     with pytest.raises(ValueError, match="duplicate"):
-        score_dataset(dup, dataset="t", variant={"scorer": "identity"}, protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
+        score_dataset(dup, dataset="t", variant={**V, "scorer": "identity"}, protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match="bsc_ensembles"):
+        score_dataset(cand, dataset="t", variant={**V, "scorer": "identity", "bsc_k": 2, "bsc_ensembles": 0},
+                      protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match=r"variant lacks \['chunking'\]"):
+        score_dataset(cand, dataset="t", variant={k: x for k, x in {**V, "scorer": "identity"}.items() if k != "chunking"},
+                      protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match="recalibrates another variant"):
+        score_dataset(cand, dataset="t", variant={**V, "scorer": "identity", "calibration": "capcal"},
+                      protocol=PROTOCOL, out_path=tmp_path / "x.parquet")
 
 
 SLOW_RUN = textwrap.dedent(
@@ -201,7 +250,8 @@ SLOW_RUN = textwrap.dedent(
     cand = pl.read_parquet(sys.argv[1])
     proto = {"seed": 5, "M": 2, "B": 3, "perturbations": ["random_shuffle", "within_chunk"], "max_doc_chars": 40}
     scorer = Slow()
-    score_dataset(cand, dataset="toy", variant={"scorer": "identity"}, protocol=proto, out_path=sys.argv[2], scorer=scorer)
+    variant = {"scorer": "identity", "chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 4}
+    score_dataset(cand, dataset="toy", variant=variant, protocol=proto, out_path=sys.argv[2], scorer=scorer)
     print(scorer.calls)
     """
 )
@@ -235,7 +285,7 @@ def test_stale_partial_is_discarded(tmp_path):
     (partial / "fingerprint.json").write_text("{}")
     # A poisoned leftover for q0 must not be reused under a different fingerprint.
     pl.DataFrame({"x": [1]}).write_ipc(partial / "q-bogus.arrow")
-    score_dataset(cand, dataset="toy", variant={"scorer": "identity"}, protocol=PROTOCOL, out_path=out)
+    score_dataset(cand, dataset="toy", variant={**V, "scorer": "identity"}, protocol=PROTOCOL, out_path=out)
     assert read_table(out, "scores").height == 2 * 4 * 7
     assert not partial.exists()
 
@@ -244,5 +294,31 @@ def test_template_hash_is_file_hash():
     import hashlib
     from importlib import resources
 
-    data = resources.files("presdep").joinpath("templates", "grade_prompt_v1.txt").read_bytes()
+    data = resources.files("presdep").joinpath("templates", "relevance_v2.yaml").read_bytes()
     assert load_template().sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_identity_first_stage_pass_on_dl19_gives_the_bm25_ndcg(tmp_path, shared_data):
+    """The identity scorer's first-stage pass is the BM25 run: DL19 nDCG@10 = 0.5058 (pytrec_eval)."""
+    import pytrec_eval
+
+    from presdep.data.rank_llm import read_rank_llm_json
+    from presdep.data.trec import read_qrels
+
+    cand = read_rank_llm_json(shared_data / "trec-dl19" / "bm25_retrieve_results_dl19_top100.json")
+    qrels = read_qrels(shared_data / "trec-dl19" / "qrels.dl19-passage.txt")
+    out = tmp_path / "dl19.parquet"
+    score_dataset(cand, dataset="dl19", variant={**V, "scorer": "identity"},
+                  protocol={"seed": 4401, "M": 2, "B": 20, "perturbations": ["random_shuffle"], "max_doc_chars": 1200},
+                  out_path=out)
+    first = read_table(out, "scores").filter(pl.col("perturbation") == "first_stage")
+    run: dict[str, dict[str, float]] = {}
+    for q, d, s in first.select("query_id", "doc_id", "score").iter_rows():
+        run.setdefault(q, {})[d] = s
+    judged: dict[str, dict[str, int]] = {}
+    for q, d, r in qrels.select("query_id", "doc_id", "relevance").iter_rows():
+        judged.setdefault(q, {})[d] = int(r)
+    run = {q: docs for q, docs in run.items() if q in judged}
+    per_q = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10"}).evaluate(run)
+    assert len(per_q) == 43
+    assert round(float(np.mean([v["ndcg_cut_10"] for v in per_q.values()])), 4) == 0.5058

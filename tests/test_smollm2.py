@@ -47,9 +47,9 @@ def test_grade_tokens_and_one_pass_on_real_model(scorer):
 
 
 def test_slot_bias_and_capcal(scorer):
-    from presdep.scoring.capcal import calibrate_probs, content_free_prior
+    from presdep.scoring.capcal import calibrate_probs, probe_probs
 
-    prior = content_free_prior(scorer, PRIOR_QUERIES, B)
+    prior = np.mean(probe_probs(scorer, [(q, [""] * B) for q in PRIOR_QUERIES]), axis=0)
     held = np.stack(scorer.slot_probs([(q, [""] * B) for q in EVAL_QUERIES]))  # [queries, B, 4]
     raw = (held @ GRADES).mean(axis=0)
     # The model grades by slot: first and last slots differ on content-free prompts.

@@ -203,7 +203,7 @@ def test_warnings_and_dropped_queries():
     r = paired_bootstrap(f, lower_is_better=False, resamples=100)
     assert r["sharedItems"] == 20 and r["droppedItems"] == 5
     text = " ".join(r["warnings"])
-    assert "only 20 shared queries" in text
+    assert "only 20 shared items" in text
     assert "one run per variant" in text
     assert "only 100 resamples" in text
     assert "5 quer(ies) not shared" in text
@@ -370,3 +370,63 @@ def test_snakemake_script_adapter(tmp_path):
     assert list(data["columns"]) == ["resp_pair_flip"]
     assert (tmp_path / "svg" / "resp_pair_flip.svg").is_file()
     assert "rerank_ndcg10: skipped" in (tmp_path / "stability.log").read_text()
+
+
+# --------------------------------------------- JSON run reports with -vN paraphrase ids
+
+
+def _write_reports(tmp_path, scores: dict[str, list[dict[str, float]]]) -> list[str]:
+    """scores: model -> one {task id: score} dict per repeated run."""
+    paths = []
+    for model, runs in scores.items():
+        for k, run in enumerate(runs):
+            p = tmp_path / f"{model}-{k}.json"
+            p.write_text(json.dumps({"model": model, "seed": k, "summary": {"note": "ignored"},
+                                     "tasks": [{"id": i, "score": s} for i, s in run.items()]}))
+            paths.append(str(p))
+    return paths
+
+
+def test_report_input_counts_items_once_and_ranks_each_prompt_variant(tmp_path):
+    from presdep.stability import analyse_reports
+
+    rng = np.random.default_rng(21)
+    ids = [f"t{i}-v{k}" for i in range(20) for k in (1, 2)]
+    # A is better on v1, B on v2 (by construction): the rank range of each spans 1..2.
+    a = [{i: float(rng.uniform(0.6, 1.0) if i.endswith("v1") else rng.uniform(0.0, 0.4)) for i in ids} for _ in range(2)]
+    b = [{i: float(rng.uniform(0.0, 0.4) if i.endswith("v1") else rng.uniform(0.6, 1.0)) for i in ids}]
+    c = [{i: 0.5 for i in ids}]
+    res = analyse_reports(_write_reports(tmp_path, {"A": a, "B": b, "C": c}), resamples=300, seed=3)
+    assert res["sharedItems"] == 20 and res["sharedClusters"] == 20  # the convention: items, variants once
+    assert res["sharedRows"] == 40 and res["sharedItemsPerDataset"] == {"report": 20}
+    assert res["sharedRowsPerDataset"] == {"report": 40}
+    assert any("only 20 shared items" in w for w in res["warnings"])  # the warning counts items too
+    ps = res["promptSensitivity"]
+    assert res["promptSensitivityReason"] is None
+    assert ps["promptVariants"] == ["v1", "v2"] and ps["sharedItems"] == {"v1": 20, "v2": 20}
+    # Hand-made oracle: per variant, mean over runs of each run's mean.
+    oracle = {
+        "A": {v: np.mean([np.mean([s for i, s in r.items() if i.endswith(v)]) for r in a]) for v in ("v1", "v2")},
+        "B": {v: np.mean([s for i, s in b[0].items() if i.endswith(v)]) for v in ("v1", "v2")},
+        "C": {"v1": 0.5, "v2": 0.5},
+    }
+    for m in oracle:
+        assert ps["mean"][m] == pytest.approx(oracle[m])
+    assert ps["ranking"] == {"v1": ["A", "C", "B"], "v2": ["B", "C", "A"]}
+    assert ps["ranks"]["A"] == {"v1": 1.0, "v2": 3.0} and ps["ranks"]["C"] == {"v1": 2.0, "v2": 2.0}
+    assert ps["rankRange"] == {"A": [1.0, 3.0], "B": [1.0, 3.0], "C": [2.0, 2.0]}
+    assert ps["rankSpread"] == {"A": 2.0, "B": 2.0, "C": 0.0}
+
+
+def test_report_input_without_variant_suffixes_says_why(tmp_path):
+    from presdep.stability import NO_PROMPT_VARIANT_REASON, analyse_reports
+
+    runs = {"A": [{f"q{i}": 0.9 for i in range(5)}], "B": [{f"q{i}": 0.1 for i in range(5)}]}
+    res = analyse_reports(_write_reports(tmp_path, runs), resamples=50)
+    assert res["promptSensitivity"] is None and res["promptSensitivityReason"] == NO_PROMPT_VARIANT_REASON
+    assert res["sharedItems"] == 5 == res["sharedRows"]
+
+
+def test_metrics_input_has_no_prompt_variants():
+    r = paired_bootstrap(frame({"a": [0.1, 0.2, 0.3], "b": [0.3, 0.2, 0.1]}), lower_is_better=False, resamples=20)
+    assert r["promptSensitivity"] is None and "prompt-variant" in r["promptSensitivityReason"]

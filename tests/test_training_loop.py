@@ -1,14 +1,16 @@
 """LoRA training on a tiny random model with the real SmolLM2 tokenizer.
 
 Equivalences checked step for step (same seed, CPU): OC-SFT at lambda = 0 is
-two-view permutation augmentation; DebiasFirst with uniform weights is
-permutation augmentation; a training killed after a checkpoint resumes and ends
-with the same adapter as an uninterrupted run. Plus lambda selection by hand.
+training on view A alone (an objective written here from METHODS.md); DebiasFirst
+with all-ones weights is permutation augmentation; a training killed after a
+checkpoint resumes and ends with the same adapter as an uninterrupted run. The
+student settings come from the config schema's defaults, as in the workflow.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -19,13 +21,37 @@ from pathlib import Path
 import polars as pl
 import pytest
 import torch
+import yaml
 
-from presdep.training.loop import batch_for_step, latest_checkpoint, train_student
+from presdep.config import SCHEMA_PATH
+from presdep.presentations import random_shuffle, stable_seed
+from presdep.training.loop import batch_for_step, latest_checkpoint, student_settings, train_student
 from presdep.training.lora import add_lora, tiny_causal_lm
+from presdep.training.objectives import Objective, TrainItem
 from presdep.training.readout_grad import GradReadout
-from presdep.training.select import select_lambda
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _schema_defaults(node: dict, root: dict) -> dict:
+    if "$ref" in node:
+        for part in node["$ref"].lstrip("#/").split("/"):
+            root = root[part]
+        node = root
+    out = {}
+    for key, sub in node.get("properties", {}).items():
+        if "default" in sub:
+            out[key] = sub["default"]
+            if sub["default"] == {} and "properties" in sub:  # nested defaults fill an empty object
+                out[key] = _schema_defaults(sub, root)
+    return out
+
+
+def student_defaults() -> dict:
+    """The student settings the config schema fills in (the workflow validates with defaults)."""
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    variant = schema["properties"]["variants"]["additionalProperties"]
+    return _schema_defaults(variant["properties"]["student"], schema)
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +71,20 @@ def toy_data(n_queries=2, n_docs=4, all_relevant=False):
                          "first_stage_score": float(n_docs - d)})
             for t in range(3):
                 silver.append({"query_id": f"q{q}", "doc_id": did, "teacher": "toy", "presentation": t,
-                               "score": float((d + t + q) % 4), "label": float((d + q) % 4) / 2})
+                               "score": float((d + t + q) % 4), "label_k1": float((d + q) % 4),
+                               "label": float((d + q) % 4) / 2})
             qrels.append({"query_id": f"q{q}", "doc_id": did, "relevance": 1 if all_relevant or d == q % n_docs else 0})
     cands = pl.DataFrame(rows).with_columns(pl.col("first_stage_rank").cast(pl.Int32))
     return cands, pl.DataFrame(silver).with_columns(pl.col("presentation").cast(pl.Int32)), pl.DataFrame(qrels)
 
 
-def run_training(tok, out, student, seed=3, heldout=False, all_relevant=False):
+def run_training(tok, out, student, seed=42, heldout=False, all_relevant=False, objective=None):
     cands, silver, qrels = toy_data(all_relevant=all_relevant)
     model = tiny_causal_lm(tok, seed=0)
     return train_student(
-        model, tok, silver=silver, train_candidates=cands, out_dir=out, student=student, B=2, seed=seed,
-        train_qrels=qrels, heldout_candidates=cands if heldout else None, heldout_qrels=qrels if heldout else None,
+        model, tok, silver=silver, train_candidates=cands, out_dir=out, student={**student_defaults(), **student},
+        B=2, seed=seed, train_qrels=qrels, heldout_candidates=cands if heldout else None,
+        heldout_qrels=qrels if heldout else None, objective=objective,
     )
 
 
@@ -73,11 +101,25 @@ def assert_same_adapter(a: Path, b: Path):
         assert torch.equal(ta[k], tb[k]), k
 
 
-BASE = {"steps": 3, "batch_chunks": 2, "lr": 5e-3, "checkpoint_every": 3, "lora": {"r": 4, "alpha": 8, "dropout": 0.1}}
+LORA = {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["q_proj", "v_proj"]}
+BASE = {"steps": 3, "batch_chunks": 2, "lr": 5e-3, "checkpoint_every": 3, "lora": LORA}
+
+
+def test_schema_defaults_are_the_methods_training_settings():
+    d = student_defaults()
+    assert d["lora"] == {"r": 16, "alpha": 32, "dropout": 0.05,
+                         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]}
+    assert (d["lr"], d["weight_decay"], d["betas"], d["lr_warmup_ratio"]) == (2e-4, 0.01, [0.9, 0.95], 0.05)
+    assert (d["lambda_warmup_steps"], d["n_views"], d["view_seed_base"], d["seeds"]) == (500, 2, 42, [42, 43, 44])
+    assert d["lambda_rule"] == {"rerank": "one_se", "qa": "seed_mean", "response": "fixed"}
+    assert d["lambda_fixed"] == 1.0
+    student_settings({**d, "objective": "oc_sft"})  # the loop accepts exactly what the schema fills in
+    with pytest.raises(ValueError, match="lack"):
+        student_settings({"objective": "oc_sft"})
 
 
 def test_lora_gradients_reach_only_adapter_weights(tokenizer):
-    model = add_lora(tiny_causal_lm(tokenizer, 0), {"r": 4, "alpha": 8, "dropout": 0.0}, seed=1)
+    model = add_lora(tiny_causal_lm(tokenizer, 0), {**LORA, "dropout": 0.0}, seed=1)
     model.train()
     readout = GradReadout(model, tokenizer)
     s = readout.expected_grades([("where was x born", ["x was born in y", "z is a cello"])])[0]
@@ -101,25 +143,78 @@ def test_readout_matches_full_logits(tokenizer):
         assert torch.allclose(g, e, atol=1e-5)
 
 
-def test_oc_sft_lambda_zero_equals_two_view_perm_aug(tokenizer, tmp_path):
-    a = run_training(tokenizer, tmp_path / "oc", {**BASE, "objective": "oc_sft", "lambda": 0.0})
-    b = run_training(tokenizer, tmp_path / "pa", {**BASE, "objective": "perm_aug", "n_views": 2})
-    la, lb = pl.read_parquet(tmp_path / "oc" / "train_log.parquet"), pl.read_parquet(tmp_path / "pa" / "train_log.parquet")
-    assert la["loss"].to_list() == lb["loss"].to_list()
-    assert_same_adapter(tmp_path / "oc", tmp_path / "pa")
-    assert a["objective"]["n_views"] == b["objective"]["n_views"] == 2
-    # and lambda > 0 does change the trajectory
-    run_training(tokenizer, tmp_path / "oc5", {**BASE, "objective": "oc_sft", "lambda": 5.0})
+class ViewAOnly(Objective):
+    """Single-view training on OC-SFT's view A, written from METHODS.md: view A of first-stage chunk j
+    is the chunk shuffled with the first view seed; loss = squared error to k1 over the labelled slots."""
+
+    name = "view_a_only"
+    label = "k1"
+
+    def items(self, queries, epoch):
+        out = []
+        for qi, q in enumerate(queries):
+            for j in range(math.ceil(len(q) / self.B)):
+                members = list(range(j * self.B, min((j + 1) * self.B, len(q))))
+                seed = stable_seed(self.view_seeds[0], "chunk_view", epoch, q.query_id, j)
+                out.append(TrainItem(qi, (tuple(random_shuffle(members, seed)),)))
+        return out
+
+    def loss(self, queries, batch, scores, step):
+        errs = [(s[0][slot] - queries[it.query].label_k1[d]) ** 2
+                for it, s in zip(batch, scores) for slot, d in enumerate(it.views[0])]
+        total = torch.stack(errs).sum() / len(errs)
+        return total, {"loss": float(total.detach()), "supervised": float(total.detach())}
+
+
+def test_oc_sft_lambda_zero_equals_single_view_training_on_view_a(tokenizer, tmp_path):
+    # No dropout: a second view in the batch would otherwise draw other dropout masks.
+    settings = {**BASE, "objective": "oc_sft", "lambda": 0.0, "lora": {**LORA, "dropout": 0.0}}
+    oc = run_training(tokenizer, tmp_path / "oc", settings)
+    assert oc["view_seeds"] == [0, 1] and oc["objective"]["view_seeds"] == [0, 1]
+    ref = run_training(tokenizer, tmp_path / "a", settings, objective=ViewAOnly(2, [0, 1]))
+    assert ref["objective"]["objective"] == "view_a_only"
+    la, lr = pl.read_parquet(tmp_path / "oc" / "train_log.parquet"), pl.read_parquet(tmp_path / "a" / "train_log.parquet")
+    torch.testing.assert_close(la["supervised"].to_list(), lr["supervised"].to_list(), rtol=1e-6, atol=1e-7)
+    ta, tr = adapter_tensors(tmp_path / "oc"), adapter_tensors(tmp_path / "a")
+    assert ta.keys() == tr.keys()
+    for k in ta:
+        torch.testing.assert_close(ta[k], tr[k], rtol=1e-5, atol=1e-7)
+    # and lambda > 0 (warm-up 0) does change the trajectory
+    run_training(tokenizer, tmp_path / "oc5", {**settings, "lambda": 5.0, "lambda_warmup_steps": 0})
     l5 = pl.read_parquet(tmp_path / "oc5" / "train_log.parquet")
     assert l5["loss"].to_list()[1:] != la["loss"].to_list()[1:]
 
 
-def test_debias_first_uniform_weights_equals_perm_aug(tokenizer, tmp_path):
-    # every document relevant: p[s] equal at every slot, so the weights are exactly 1
+def test_debias_first_all_ones_weights_equals_perm_aug_step_for_step(tokenizer, tmp_path):
+    # every document relevant: each slot holds the same share, so the weights are exactly 1
     d = run_training(tokenizer, tmp_path / "db", {**BASE, "objective": "debias_first"}, all_relevant=True)
     assert d["objective"]["slot_weights"] == [1.0, 1.0]
-    run_training(tokenizer, tmp_path / "pa", {**BASE, "objective": "perm_aug"}, all_relevant=True)
+    p = run_training(tokenizer, tmp_path / "pa", {**BASE, "objective": "perm_aug"}, all_relevant=True)
     assert_same_adapter(tmp_path / "db", tmp_path / "pa")
+    ld, lp = pl.read_parquet(tmp_path / "db" / "train_log.parquet"), pl.read_parquet(tmp_path / "pa" / "train_log.parquet")
+    assert ld["loss"].to_list() == lp["loss"].to_list()
+    # whole-list views: 2 view seeds x (2 queries x 4 documents / B = 2) prompts per epoch
+    assert d["items_per_epoch"] == p["items_per_epoch"] == 8
+
+
+def test_view_seeds_follow_the_training_seed_and_are_recorded(tokenizer, tmp_path):
+    done = run_training(tokenizer, tmp_path / "s43", {**BASE, "objective": "perm_aug", "steps": 1,
+                                                       "checkpoint_every": 1}, seed=43)
+    assert done["view_seeds"] == [2, 3] and "N*(s - base)" in done["view_seed_rule"]
+    meta = pl.read_parquet_metadata(tmp_path / "s43" / "train_log.parquet")
+    assert json.loads(meta["view_seeds"]) == [2, 3] and meta["seed"] == "43"
+    with pytest.raises(ValueError, match="view_seed_base"):
+        run_training(tokenizer, tmp_path / "s1", {**BASE, "objective": "perm_aug"}, seed=1)
+
+
+def test_optimizer_settings_and_lr_warmup_ratio(tokenizer, tmp_path):
+    out = tmp_path / "opt"
+    run_training(tokenizer, out, {**BASE, "objective": "single_order", "steps": 4, "checkpoint_every": 4,
+                                  "lr_warmup_ratio": 0.4})
+    # ceil(0.4 * 4) = 2 warm-up steps: lr * 1/2, lr, lr, lr
+    assert pl.read_parquet(out / "train_log.parquet")["lr"].to_list() == pytest.approx([2.5e-3, 5e-3, 5e-3, 5e-3])
+    group = torch.load(out / "checkpoints" / "step000004" / "trainer.pt", weights_only=False)["optimizer"]["param_groups"][0]
+    assert tuple(group["betas"]) == (0.9, 0.95) and group["weight_decay"] == 0.01
 
 
 def test_outputs_heldout_and_checkpoints(tokenizer, tmp_path):
@@ -131,7 +226,8 @@ def test_outputs_heldout_and_checkpoints(tokenizer, tmp_path):
     assert log["heldout_ndcg10"].is_null().to_list() == [True, False, True, False]
     held = pl.read_parquet(out / "heldout.parquet")
     assert sorted(set(held["step"].to_list())) == [2, 4] and held.height == 4
-    assert done["checkpoints"] == [2, 4] and set(done["heldout"]) == {"2", "4"}
+    assert done["checkpoints"] == [2, 4] and set(done["heldout"]) == {"2", "4"} == set(done["heldout_score_std"])
+    assert log["heldout_score_std"].is_null().to_list() == [True, False, True, False]
     assert (out / "checkpoints" / "step000002" / "adapter" / "adapter_config.json").exists()
     assert not (out / "checkpoints" / "step000002" / "trainer.pt").exists()  # only the newest keeps optimizer state
     assert latest_checkpoint(out).name == "step000004"
@@ -144,6 +240,25 @@ def test_outputs_heldout_and_checkpoints(tokenizer, tmp_path):
     other = run_training(tokenizer, out, {**BASE, "objective": "single_order", "steps": 2, "checkpoint_every": 2,
                                           "lr": 1e-3})
     assert other["resumed_from_step"] is None and other["checkpoints"] == [2]
+
+
+def test_selection_reads_what_training_writes(tokenizer, tmp_path):
+    from presdep.training.select import select_lambda
+
+    runs = []
+    for lam in (0.0, 2.0):
+        out = tmp_path / f"l{lam}"
+        run_training(tokenizer, out, {**BASE, "objective": "oc_sft", "lambda": lam, "lambda_warmup_steps": 1,
+                                      "steps": 2, "checkpoint_every": 1}, heldout=True)
+        runs.append({"lambda": lam, "seed": 42, "dir": str(out)})
+    rec = select_lambda(runs, rule="one_se", converged_step=1, collapse_floor=0.0, task="rerank")
+    dec = rec["decisions"]["42"]
+    assert [c["n_converged"] for c in dec["candidates"]] == [2, 2] and dec["lambda"] in (0.0, 2.0)
+    assert Path(rec["adapters"]["42"], "adapter_config.json").exists()
+    # a floor above every recorded score spread excludes both candidates: abstain
+    spread = max(json.loads((tmp_path / f"l{lam}" / "done.json").read_text())["heldout_score_std"]["1"] for lam in (0.0, 2.0))
+    with pytest.raises(ValueError, match="usable"):
+        select_lambda(runs, rule="one_se", converged_step=1, collapse_floor=spread + 1.0)
 
 
 def test_batches_cover_each_epoch_once():
@@ -159,7 +274,7 @@ _CHILD = textwrap.dedent(
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
     from transformers import AutoTokenizer
-    from test_training_loop import BASE, toy_data
+    from test_training_loop import BASE, student_defaults, toy_data
     from presdep.training.loop import train_student
     from presdep.training.lora import tiny_causal_lm
     tok = AutoTokenizer.from_pretrained({tok!r})
@@ -168,10 +283,10 @@ _CHILD = textwrap.dedent(
     def on_step(step):
         if step == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
-    student = {{**BASE, "objective": "oc_sft", "lambda": 2.0, "lambda_warmup_steps": 2, "steps": 5,
+    student = {{**student_defaults(), **BASE, "objective": "oc_sft", "lambda": 2.0, "lambda_warmup_steps": 2, "steps": 5,
                "checkpoint_every": 2}}
     train_student(tiny_causal_lm(tok, 0), tok, silver=silver, train_candidates=cands, out_dir=sys.argv[1],
-                  student=student, B=2, seed=5, on_step=on_step)
+                  student=student, B=2, seed=42, on_step=on_step)
     """
 )
 
@@ -200,42 +315,3 @@ def test_killed_training_resumes_to_the_same_adapter(tokenizer, smollm2_model_di
     assert_same_adapter(killed, straight)
     la, lb = pl.read_parquet(killed / "train_log.parquet"), pl.read_parquet(straight / "train_log.parquet")
     assert la["loss"].to_list() == lb["loss"].to_list() and la.height == 5
-
-
-def _fake_run(root: Path, lam: float, seed: int, curve: dict[int, list[float]]):
-    d = root / f"l{lam}-s{seed}"
-    rows = []
-    for step, vals in curve.items():
-        (d / "checkpoints" / f"step{step:06d}" / "adapter").mkdir(parents=True, exist_ok=True)
-        (d / "checkpoints" / f"step{step:06d}" / "adapter" / "adapter_config.json").write_text("{}")
-        rows += [{"step": step, "query_id": f"q{i}", "ndcg10": v} for i, v in enumerate(vals)]
-    pl.DataFrame(rows).write_parquet(d / "heldout.parquet")
-    return {"lambda": lam, "seed": seed, "dir": str(d)}
-
-
-def test_select_lambda_one_standard_error_rule(tmp_path):
-    runs = [
-        # lambda 0: best 0.6 at step 10 (values 0.4, 0.8: SE = std([.4,.8], ddof=1)/sqrt(2) = 0.2)
-        _fake_run(tmp_path, 0.0, 1, {10: [0.4, 0.8], 20: [0.3, 0.7]}),
-        # lambda 1: best 0.5 at steps 10 and 20 -> earliest 10; within 0.6 - 0.2
-        _fake_run(tmp_path, 1.0, 1, {10: [0.5, 0.5], 20: [0.5, 0.5]}),
-        # lambda 5: best 0.35 -> outside the band
-        _fake_run(tmp_path, 5.0, 1, {10: [0.3, 0.4], 20: [0.2, 0.3]}),
-    ]
-    rec = select_lambda(runs)
-    assert rec["best"]["lambda"] == 0.0 and rec["best"]["se"] == pytest.approx(0.2)
-    assert rec["lambda"] == 1.0 and rec["step"] == 10
-    assert rec["adapters"] == {"1": str(Path(runs[1]["dir"]) / "checkpoints" / "step000010" / "adapter")}
-    assert rec["test_data_used"] is False
-
-
-def test_select_lambda_averages_seeds_per_query(tmp_path):
-    runs = [
-        _fake_run(tmp_path, 0.0, 1, {5: [0.2, 0.4]}), _fake_run(tmp_path, 0.0, 2, {5: [0.4, 0.6]}),
-        _fake_run(tmp_path, 2.0, 1, {5: [0.9, 0.9]}), _fake_run(tmp_path, 2.0, 2, {5: [0.1, 0.1]}),
-    ]
-    rec = select_lambda(runs)
-    by = {c["lambda"]: c for c in rec["candidates"]}
-    assert by[0.0]["best_ndcg10"] == pytest.approx(0.4) and by[2.0]["best_ndcg10"] == pytest.approx(0.5)
-    assert by[2.0]["se"] == pytest.approx(0.0)
-    assert rec["lambda"] == 2.0 and set(rec["adapters"]) == {"1", "2"}

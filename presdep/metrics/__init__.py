@@ -1,9 +1,11 @@
 """Exact implementations of the paper's metrics (see the Metrics section of the method).
 
-quality      nDCG@k through pytrec_eval, trec_eval semantics, explicit tie order
+quality      nDCG@k, MAP, MRR, recall through pytrec_eval; ties by presented position
 instability  tau-PSI (vectorised exact Kendall tau), Zeng et al. PSI
-decisions    frozen threshold, retained-set Jaccard, set/pair/selection flips
-qa           SQuAD normalisation, EM, F1, answer flip
+decisions    frozen threshold, retained-set Jaccard, matched retention, set/pair/selection flips
+thresholds   the 50/50 development/test split and the t* artifact
+qa           SQuAD normalisation, EM, F1 (HotpotQA yes/no rule), answer flip
+bsc          BSC's K-curve
 compute      scores table -> long metrics table
 """
 
@@ -24,12 +26,22 @@ from presdep.metrics.instability import (
     zeng_psi_corpus,
 )
 from presdep.metrics.qa import answer_flip, exact_match, f1_score, normalize_answer
-from presdep.metrics.quality import ndcg_presentations, ndcg_runs, qrels_to_dict, strict_scores
+from presdep.metrics.quality import (
+    evaluate_presentations,
+    ndcg_presentations,
+    ndcg_runs,
+    presented_order,
+    presented_ranks,
+    qrels_to_dict,
+    strict_scores,
+)
+from presdep.metrics.thresholds import read_thresholds, split_queries, tune_thresholds
 
 __all__ = [
     "answer_flip",
     "build_blocks",
     "compute_metrics",
+    "evaluate_presentations",
     "exact_match",
     "f1_score",
     "mean_pairwise_tau",
@@ -39,14 +51,19 @@ __all__ = [
     "ndcg_runs",
     "normalize_answer",
     "pair_flip",
+    "presented_order",
+    "presented_ranks",
     "qrels_to_dict",
+    "read_thresholds",
     "selection_flip",
     "set_stats",
     "set_stats_many",
+    "split_queries",
     "strict_scores",
     "tau_psi",
     "tau_psi_many",
     "tune_threshold",
+    "tune_thresholds",
     "write_metrics",
     "zeng_psi",
     "zeng_psi_corpus",

@@ -1,10 +1,12 @@
 """`presdep metrics`: the metrics of one scorer's output, outside the workflow.
 
 Input is either a ``scores`` Parquet file (all presentations, all perturbations)
-or one TREC run per presentation (``--runs``). With runs, the presented order is
-unknown, so Zeng PSI (which needs presented positions) is not computed, and the
-retained-set threshold needs ``--canonical-run`` (first-stage order) or an
-explicit ``--threshold``.
+or one TREC run per presentation (``--runs``) plus ``--first-stage-run`` (the
+one pass over the first-stage order, which gives the quality cells). With runs,
+the presented order is unknown: ties are broken by the run's own order (score
+descending, then doc id ascending) and Zeng PSI is not computed. Reranking tunes
+t* on a development half of the queries (split seed ``--split-seed``) unless
+``--threshold`` freezes it; the Jaccard family is reported on the test half.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
-from presdep.metrics.compute import CANONICAL, TASKS, compute_metrics, write_metrics
+from presdep.metrics.compute import TASKS, compute_metrics, write_metrics
+from presdep.metrics.thresholds import SPLIT_SEED, split_queries, tune_thresholds
+from presdep.views import FIRST_STAGE
 from presdep.schemas import read_table
 
 log = logging.getLogger(__name__)
@@ -30,7 +34,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("scores", nargs="?", help="scores Parquet file (omit when --runs is given)")
     p.add_argument("--runs", nargs="+", metavar="RUN", help="one TREC run per presentation instead of SCORES")
-    p.add_argument("--canonical-run", metavar="RUN", help="with --runs: the first-stage-order run (tunes t*)")
+    p.add_argument("--first-stage-run", metavar="RUN", help="with --runs: the pass over the first-stage order")
     p.add_argument("--perturbation", default="random_shuffle", help="with --runs: their perturbation name")
     p.add_argument("--qrels", required=True, help="qrels as Parquet or TREC text 'qid 0 docid grade'")
     p.add_argument("--dataset", required=True)
@@ -38,6 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--variant", required=True)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threshold", type=float, default=None, help="frozen retained-set threshold (skips tuning)")
+    p.add_argument("--split-seed", type=int, default=SPLIT_SEED, help="seed of the 50/50 development/test split")
+    p.add_argument("--bsc-k", type=int, default=1, help="BSC: shuffles averaged per ensemble (K)")
+    p.add_argument("--bsc-ensembles", type=int, default=4, help="BSC: ensembles compared (E)")
     p.add_argument("--answers", help="QA: answers Parquet (query_id, perturbation, presentation, answer)")
     p.add_argument("--gold", help="QA: gold answers Parquet (query_id, answer)")
     p.add_argument("--out", help="write the metrics table here (Parquet)")
@@ -58,42 +65,49 @@ def read_qrels_any(path: str | Path) -> pl.DataFrame:
     return read_table(path, "qrels") if _is_parquet(path) else read_qrels(path)
 
 
-def runs_to_scores(runs: list[str], perturbation: str, canonical: str | None = None) -> pl.DataFrame:
-    """TREC runs -> a minimal scores table (query_id, doc_id, perturbation, presentation, score)."""
+def runs_to_scores(runs: list[str], perturbation: str, first_stage: str) -> pl.DataFrame:
+    """TREC runs -> a minimal scores table (query_id, doc_id, perturbation, presentation,
+    position, score); position = rank in the run by (-score, doc id)."""
     from presdep.data.trec import read_run
 
     parts = []
-    files = [(CANONICAL, 0, canonical)] if canonical else []
-    files += [(perturbation, m, r) for m, r in enumerate(runs)]
+    files = [(FIRST_STAGE, 0, first_stage)] + [(perturbation, m, r) for m, r in enumerate(runs)]
     for pert, m, path in files:
-        run = read_run(path)
+        run = read_run(path).select("query_id", "doc_id", "score").sort(
+            "query_id", pl.col("score"), "doc_id", descending=[False, True, False]
+        )
         parts.append(
-            run.select("query_id", "doc_id", "score").with_columns(
-                perturbation=pl.lit(pert), presentation=pl.lit(m, dtype=pl.Int32)
+            run.with_columns(
+                perturbation=pl.lit(pert), presentation=pl.lit(m, dtype=pl.Int32),
+                position=pl.int_range(pl.len()).over("query_id").cast(pl.Int32),
             )
         )
     return pl.concat(parts)
 
 
 def aggregate_table(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Aggregate rows as a perturbation x metric table."""
-    agg = metrics.filter(pl.col("query_id").is_null())
-    return agg.pivot(on="metric", index="perturbation", values="value", aggregate_function="first")
+    """Aggregate rows, one (perturbation, metric, value) per line (v2 has too many metrics for columns)."""
+    return metrics.filter(pl.col("query_id").is_null()).select("perturbation", "metric", "value")
 
 
 def run(args: argparse.Namespace) -> int:
     if bool(args.scores) == bool(args.runs):
         raise ValueError("give either a SCORES Parquet file or --runs RUN1 RUN2 ..., not both or neither")
     if args.runs:
-        if args.task != "response" and args.canonical_run is None and args.threshold is None:
-            raise ValueError(
-                "--runs needs --canonical-run FILE (first-stage order, tunes the retained-set threshold) "
-                "or --threshold T"
-            )
-        scores = runs_to_scores(args.runs, args.perturbation, args.canonical_run)
+        if args.first_stage_run is None:
+            raise ValueError("--runs needs --first-stage-run FILE (the pass over the first-stage order)")
+        scores = runs_to_scores(args.runs, args.perturbation, args.first_stage_run)
     else:
         scores = read_table(args.scores, "scores")
+    thresholds = None
+    if args.threshold is not None:
+        dev, test = split_queries(scores["query_id"].unique().to_list(), args.split_seed)
+        thresholds = {"t_star": args.threshold, "split_seed": args.split_seed, "dev_queries": dev,
+                      "test_queries": test}
     qrels = read_qrels_any(args.qrels)
+    if thresholds is None and args.task == "rerank":
+        thresholds = tune_thresholds(scores, qrels, split_seed=args.split_seed, bsc_k=args.bsc_k,
+                                     ensembles=args.bsc_ensembles)
     answers = read_table(args.answers, "answers") if args.answers else None
     gold = read_table(args.gold, "answers_gold") if args.gold else None
     metrics = compute_metrics(
@@ -105,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         answers=answers,
         gold=gold,
-        threshold=args.threshold,
+        thresholds=thresholds,
+        bsc_k=args.bsc_k,
+        ensembles=args.bsc_ensembles,
+        zeng=not args.runs,
     )
     with pl.Config(tbl_rows=-1, tbl_cols=-1, float_precision=4, tbl_hide_dataframe_shape=True):
         print(aggregate_table(metrics))

@@ -1,17 +1,15 @@
-"""From a ``scores`` table (+ qrels, answers) to the long ``metrics`` table.
+"""From a ``scores`` table (+ qrels, answers, the threshold artifact) to the long
+``metrics`` table (METHODS.md v2).
 
 Perturbations are never pooled: every perturbation in ``scores`` gets its own
-rows. The ``canonical`` perturbation (one presentation: first-stage order) only
-tunes the decision threshold t* and gets its own quality rows (nDCG, and EM/F1
-for QA answers). Per-query rows carry the query id; the aggregate row of a
-metric (query_id null) is the mean over the queries where the metric is
-defined. Undefined per-query values (see instability/decisions: e.g. a single
-presentation) are stored as null and left out of that mean, with a logged count.
-
-BSC: a BSC variant's scores file stores, per "presentation", the mean score over
-one ensemble of K shuffles. The same code then gives exactly what the method
-asks for: nDCG of the averaged scores (averaged over ensembles), and tau-PSI,
-Jaccard and flips between independent ensembles. Nothing special is needed.
+rows. Quality cells come from the first-stage pass (perturbation
+``first_stage``); decision metrics compare the decision presentations of
+presdep.views (shuffles, or BSC ensembles), canonical = presentation 0. Every
+ranking is strict, ties broken by presented position (first shown wins).
+Per-query rows carry the query id; the aggregate row of a metric (query_id
+null) is the mean over the queries where the metric is defined. Undefined
+per-query values (e.g. a single presentation) are stored as null and left out
+of that mean, with a logged count.
 """
 
 from __future__ import annotations
@@ -20,17 +18,32 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from presdep.metrics import decisions, instability, qa, quality
 from presdep.schemas import write_table
+from presdep.views import (
+    CANONICAL_PRESENTATION,
+    FIRST_STAGE,
+    RANDOM_SHUFFLE,
+    decision_presentations,
+    first_stage_pass,
+)
 
 log = logging.getLogger(__name__)
 
-CANONICAL = "canonical"
+CANONICAL = "canonical"  # the v1 first-stage perturbation name, refused in scores (see _view)
+BSC_CURVE = (1, 2, 3, 5, 10)
+READER_K = 5  # the paper's headline top-k paragraphs for the QA reader
+# The first-stage pass's measures per task (quality cells first).
+QUALITY_MEASURES = {
+    "rerank": ("ndcg@10", "ndcg@5", "map", "mrr"),
+    "qa": ("ndcg@10", "recall@2", "recall@5"),
+    "response": ("ndcg@1", "ndcg@10", "mrr"),
+}
 ZENG_PERTURBATIONS = ("random_shuffle", "middle_injection")
 TASKS = ("rerank", "qa", "response")
 _REQUIRED = ("query_id", "doc_id", "perturbation", "presentation", "score")
@@ -194,6 +207,29 @@ class _Rows:
         self.add(pert, None, metric, float(np.mean(finite)) if finite else None)
 
 
+def _view(scores: pl.DataFrame, bsc_k: int, ensembles: int) -> pl.DataFrame:
+    """The frame metrics are computed on: the quality pass (perturbation first_stage) and,
+    per other perturbation, its decision presentations (BSC ensembles for bsc_k > 1)."""
+    perts = sorted(set(scores["perturbation"].cast(pl.String).unique().to_list()) - {FIRST_STAGE})
+    if CANONICAL in perts:
+        raise ValueError(
+            "scores hold a 'canonical' perturbation (the v1 first-stage rows); METHODS v2 names the "
+            "first-stage pass 'first_stage' and uses shuffle 0 as canonical: re-score this variant"
+        )
+    parts = [first_stage_pass(scores, bsc_k=bsc_k, ensembles=ensembles).with_columns(
+        pl.lit(FIRST_STAGE).alias("perturbation"))]
+    if bsc_k > 1 and set(perts) - {RANDOM_SHUFFLE}:
+        # BSC's presentations are ensembles of random shuffles; other perturbations hold
+        # single passes, which are not the BSC scorer's output.
+        log.warning("BSC (K = %d): perturbation(s) %s are single passes, not BSC scores; not measured",
+                    bsc_k, sorted(set(perts) - {RANDOM_SHUFFLE}))
+        perts = [p for p in perts if p == RANDOM_SHUFFLE]
+    for p in perts:
+        dp = decision_presentations(scores, bsc_k=bsc_k, ensembles=ensembles, perturbation=p)
+        parts.append(dp.with_columns(pl.lit(p).alias("perturbation")))
+    return pl.concat(parts, how="diagonal_relaxed")
+
+
 def compute_metrics(
     scores: pl.DataFrame,
     qrels: pl.DataFrame,
@@ -204,81 +240,88 @@ def compute_metrics(
     seed: int | None,
     answers: pl.DataFrame | None = None,
     gold: pl.DataFrame | None = None,
-    threshold: float | None = None,
-    k: int | None = None,
+    thresholds: Mapping[str, Any] | None = None,
+    bsc_k: int = 1,
+    ensembles: int = 4,
+    reader_k: int = READER_K,
+    bsc_curve: Sequence[int] = BSC_CURVE,
+    zeng: bool = True,
 ) -> pl.DataFrame:
     """The ``metrics`` table (schemas.SCHEMAS["metrics"]) of one variant on one dataset.
 
-    task "rerank"/"qa": ndcg@10, tau_psi, jaccard, set_flip, retained_size per
-    perturbation; zeng_psi (per query; aggregate = mean) and zeng_psi_corpus
-    (aggregate only) for random_shuffle and middle_injection when ``scores`` has a
-    ``position`` column; an aggregate-only "threshold" row under perturbation
-    "canonical". t* is tuned on the canonical rows unless ``threshold`` is given.
-    task "qa" with ``answers``: answer_flip; with ``gold`` too: em, f1.
-    task "response": ndcg@1, tau_psi, pair_flip, selection_flip.
-    ``k`` overrides the nDCG cut-off (default 10, 1 for response).
+    Perturbation ``first_stage`` holds the quality cells (the first-stage pass; for BSC,
+    ensemble 0's BSC scores): rerank ndcg@10, ndcg@5, map, mrr; qa ndcg@10, recall@2,
+    recall@5; response ndcg@1, ndcg@10, mrr. Every other perturbation (its decision
+    presentations, presdep.views) gets ndcg{k}_shuffle_mean/worst/best, tau_psi (the
+    paper's: strict rankings, ties by presented position, tau-a) and tau_psi_b (tau-b
+    on raw scores), and per task:
+
+    * rerank, on the test half of ``thresholds`` at its frozen t_star: jaccard,
+      set_flip, retained_size, precision, recall, f1, retention, canonical_precision,
+      canonical_recall, canonical_f1, canonical_retention, score_variance,
+      matched_jaccard, matched_set_flip; zeng_psi / zeng_psi_corpus; aggregate rows
+      t_star and warn_* (degenerate threshold). ``thresholds`` None: tuned here by
+      presdep.metrics.thresholds (the CLI path; the workflow passes its artifact).
+    * qa: gold_in_top{reader_k}, gold_slot_mean, gold_slot_var; with ``answers``:
+      answer_flip, and with ``gold``: em and f1 (canonical, presentation 0), em_mean,
+      f1_mean (over presentations).
+    * response: pair_flip, selection_flip, selected_quality_flip,
+      selected_quality_mean, selected_quality_canonical.
+
+    BSC (``bsc_k`` > 1): also the K-curve under perturbations ``bsc_curve_k{K}``.
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
-    k = k if k is not None else (1 if task == "response" else 10)
-    ndcg_name = f"ndcg@{k}"
+    for c in ("position",):
+        if c not in scores.columns:
+            raise ValueError(f"scores lacks column {c!r}: ties are broken by presented position")
     qrels_d = quality.qrels_to_dict(qrels)
-    blocks = build_blocks(scores)
+    blocks = build_blocks(_view(scores, bsc_k, ensembles))
     rows = _Rows()
-
-    canon = blocks.get(CANONICAL, [])
-    for b in canon:
+    if FIRST_STAGE not in blocks:
+        raise ValueError("scores have no first-stage pass rows (perturbation 'first_stage')")
+    for b in blocks[FIRST_STAGE]:
         if b.scores.shape[0] != 1:
-            raise ValueError(
-                f"scores: query {b.query_id!r} has {b.scores.shape[0]} canonical presentations; "
-                f"the canonical perturbation is exactly one presentation"
-            )
+            raise ValueError(f"scores: query {b.query_id!r} has {b.scores.shape[0]} first-stage presentations")
 
-    # Decision threshold: tuned once on the canonical presentation, then frozen.
-    t_star = None
-    if task in ("rerank", "qa"):
-        if threshold is not None:
-            t_star = float(threshold)
-        else:
-            judged = [b for b in canon if b.query_id in qrels_d]
-            if not judged:
-                raise ValueError(
-                    "cannot tune the retained-set threshold: no canonical presentation of a judged "
-                    "query in scores; add perturbation 'canonical' rows or pass threshold="
-                )
-            t_star = decisions.tune_threshold(
-                [b.scores[0] for b in judged],
-                [np.array([qrels_d[b.query_id].get(d, 0) >= 1 for d in b.doc_ids]) for b in judged],
-            )
-        log.info("retained-set threshold t* = %.6g", t_star)
+    if task == "rerank":
+        if thresholds is None:
+            from presdep.metrics.thresholds import tune_thresholds
 
-    # Canonical first, then the perturbations in name order.
-    order = sorted(blocks, key=lambda p: (p != CANONICAL, p))
-    for pert in order:
+            thresholds = tune_thresholds(scores, qrels, bsc_k=bsc_k, ensembles=ensembles)
+        t_star = float(thresholds["t_star"])
+        test_q = set(str(q) for q in thresholds["test_queries"])
+        log.info("retained-set threshold t* = %.6g (%d test queries)", t_star, len(test_q))
+
+    qual_k = 1 if task == "response" else 10
+    for pert in sorted(blocks, key=lambda p: (p != FIRST_STAGE, p)):
         bl = blocks[pert]
         qids = [b.query_id for b in bl]
-        ndcg = quality.ndcg_presentations(
-            qids, [b.doc_ids for b in bl], [b.scores for b in bl], qrels_d, k, ids_sorted=True
-        )
-        judged_q = [q for q in qids if q in ndcg]
-        rows.per_query(pert, ndcg_name, judged_q, [ndcg[q].mean() for q in judged_q])
-        if pert == CANONICAL:
+        args = (qids, [b.doc_ids for b in bl], [b.scores for b in bl], [b.positions for b in bl], qrels_d)
+        if pert == FIRST_STAGE:
+            res = quality.evaluate_presentations(*args, QUALITY_MEASURES[task])
+            for name, per_q in res.items():
+                judged = [q for q in qids if q in per_q]
+                rows.per_query(pert, name, judged, [per_q[q][0] for q in judged])
             continue
-        rows.per_query(pert, "tau_psi", qids, instability.tau_psi_many([b.scores for b in bl]))
-        if task in ("rerank", "qa"):
-            jac, flip, size = decisions.set_stats_many([b.scores for b in bl], t_star)
-            rows.per_query(pert, "jaccard", qids, jac)
-            rows.per_query(pert, "set_flip", qids, flip)
-            rows.per_query(pert, "retained_size", qids, size)
-            if pert in ZENG_PERTURBATIONS:
-                _zeng(rows, pert, bl, ndcg, qrels_d)
+        nd = quality.evaluate_presentations(*args, [f"ndcg@{qual_k}"])[f"ndcg@{qual_k}"]
+        judged = [q for q in qids if q in nd]
+        for stat, fn in (("mean", np.mean), ("worst", np.min), ("best", np.max)):
+            rows.per_query(pert, f"ndcg{qual_k}_shuffle_{stat}", judged, [fn(nd[q]) for q in judged])
+        strict = [quality.presented_ranks(b.scores, b.positions) for b in bl]
+        rows.per_query(pert, "tau_psi", qids, instability.tau_psi_many(strict))
+        rows.per_query(pert, "tau_psi_b", qids, instability.tau_psi_many([b.scores for b in bl]))
+        if task == "rerank":
+            _rerank_sets(rows, pert, [b for b in bl if b.query_id in test_q], qrels_d, t_star)
+            if zeng and bsc_k == 1 and pert in ZENG_PERTURBATIONS:
+                _zeng(rows, pert, bl, nd, qrels_d)
+        elif task == "qa":
+            _gold_slots(rows, pert, bl, qrels_d, reader_k)
         else:
-            rows.per_query(pert, "pair_flip", qids, [decisions.pair_flip(b.scores, b.doc_ids) for b in bl])
-            rows.per_query(
-                pert, "selection_flip", qids, [decisions.selection_flip(b.scores, b.doc_ids) for b in bl]
-            )
-    if t_star is not None:
-        rows.add(CANONICAL, None, "threshold", t_star)
+            _responses(rows, pert, bl, qrels_d)
+    if task == "rerank":
+        _threshold_rows(rows, thresholds, blocks.get(RANDOM_SHUFFLE, []), qrels_d, test_q)
+    rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
 
     if answers is not None:
         if task != "qa":
@@ -286,6 +329,12 @@ def compute_metrics(
         _answers(rows, answers, gold)
     elif gold is not None:
         log.warning("gold answers given without answers: no answer metrics")
+    if bsc_k > 1:
+        from presdep.metrics.bsc import curve_rows
+
+        for pert, qid, metric, val in curve_rows(scores, qrels, task=task, bsc_k=bsc_k, ensembles=ensembles,
+                                                 ks=bsc_curve, thresholds=thresholds):
+            rows.add(pert, qid, metric, val)
 
     n_rows = len(rows.metric)
     return pl.DataFrame(
@@ -300,6 +349,107 @@ def compute_metrics(
             "value": pl.Series(rows.value, dtype=pl.Float64),
         }
     )
+
+
+def _passes_per_query(scores: pl.DataFrame) -> float:
+    """Scoring passes (presentations of any perturbation) per query: the cost BSC pays."""
+    per_q = scores.group_by("query_id").agg(
+        pl.struct("perturbation", "presentation").n_unique().alias("n")
+    )
+    return float(per_q["n"].mean()) if per_q.height else math.nan
+
+
+def rerank_set_values(b: Block, relevant: np.ndarray, t_star: float) -> dict[str, float]:
+    """Retained-set statistics of one query's (M, n) presentations at t* (see decisions)."""
+    kept = decisions.retained(b.scores, t_star)
+    jac, flip = decisions.pair_stats(kept)
+    q = decisions.retained_quality(kept, relevant)
+    matched = decisions.matched_kept(b.scores, b.positions, int(kept[0].sum()))
+    mj, mf = decisions.pair_stats(matched)
+    return {
+        "jaccard": jac,
+        "set_flip": flip,
+        "retained_size": float(kept.sum(axis=1).mean()),
+        **{k: float(v.mean()) for k, v in q.items()},
+        **{f"canonical_{k}": float(v[0]) for k, v in q.items()},
+        # population variance of each doc's score across presentations, mean over docs
+        "score_variance": float(b.scores.var(axis=0).mean()) if b.scores.shape[0] >= 2 else math.nan,
+        "matched_jaccard": mj,
+        "matched_set_flip": mf,
+    }
+
+
+def _rerank_sets(rows: _Rows, pert: str, bl: list[Block], qrels_d, t_star: float) -> None:
+    if not bl:
+        log.warning("%s: no test-half query in the scores; no retained-set metrics", pert)
+        return
+    per = [
+        rerank_set_values(b, np.array([qrels_d.get(b.query_id, {}).get(d, 0) >= 1 for d in b.doc_ids]), t_star)
+        for b in bl
+    ]
+    qids = [b.query_id for b in bl]
+    for name in per[0]:
+        rows.per_query(pert, name, qids, [p[name] for p in per])
+
+
+def _threshold_rows(rows: _Rows, thr: Mapping[str, Any], bl: list[Block], qrels_d, test_q: set[str]) -> None:
+    """t* and the degenerate-threshold flags (1 = raised), counted on the test half."""
+    t = float(thr["t_star"])
+    rows.add(RANDOM_SHUFFLE, None, "t_star", t)
+    test = [b for b in bl if b.query_id in test_q]
+    kept = np.concatenate([(b.scores >= t).ravel() for b in test]) if test else np.zeros(0, bool)
+    rows.add(RANDOM_SHUFFLE, None, "warn_threshold_keeps_all", float(kept.size > 0 and kept.all()))
+    rows.add(RANDOM_SHUFFLE, None, "warn_threshold_keeps_none", float(kept.size > 0 and not kept.any()))
+    rows.add(RANDOM_SHUFFLE, None, "warn_single_presentation", float(sum(b.scores.shape[0] < 2 for b in bl)))
+    no_rel = sum(not any(qrels_d.get(b.query_id, {}).get(d, 0) >= 1 for d in b.doc_ids) for b in bl)
+    rows.add(RANDOM_SHUFFLE, None, "warn_queries_without_relevant", float(no_rel))
+    for name, flag in (("keeps every candidate", kept.size > 0 and kept.all()),
+                       ("keeps no candidate", kept.size > 0 and not kept.any())):
+        if flag:
+            log.warning("degenerate threshold: t* = %.6g %s on the test half", t, name)
+    if no_rel:
+        log.warning("%d queries have no relevant document in their pool (F1 0)", no_rel)
+
+
+def _gold_slots(rows: _Rows, pert: str, bl: list[Block], qrels_d, k: int) -> None:
+    """Where the gold (grade >= 1) paragraphs land in each presentation's score order.
+
+    gold_in_top{k}: share of presentations whose top k (by -score, position: the
+    reader's input) hold EVERY gold paragraph. gold_slot_mean: mean 1-based slot of
+    the gold paragraphs over presentations; gold_slot_var: each gold paragraph's
+    population variance of its slot across presentations, mean over gold paragraphs.
+    Queries without a gold paragraph are left out.
+    """
+    qids, top, smean, svar = [], [], [], []
+    for b in bl:
+        gold = np.array([qrels_d.get(b.query_id, {}).get(d, 0) >= 1 for d in b.doc_ids])
+        if not gold.any():
+            continue
+        order = quality.presented_order(b.scores, b.positions)
+        slot = order.argsort(axis=1) + 1  # (M, n) 1-based slot of each doc
+        g = slot[:, gold]
+        qids.append(b.query_id)
+        top.append(float((g <= k).all(axis=1).mean()))
+        smean.append(float(g.mean()))
+        svar.append(float(g.var(axis=0).mean()))
+    rows.per_query(pert, f"gold_in_top{k}", qids, top)
+    rows.per_query(pert, "gold_slot_mean", qids, smean)
+    rows.per_query(pert, "gold_slot_var", qids, svar)
+
+
+def _responses(rows: _Rows, pert: str, bl: list[Block], qrels_d) -> None:
+    qids = [b.query_id for b in bl]
+    rows.per_query(pert, "pair_flip", qids, [decisions.pair_flip(b.scores, b.doc_ids) for b in bl])
+    rows.per_query(pert, "selection_flip", qids, [decisions.selection_flip(b.scores, b.doc_ids) for b in bl])
+    judged = [b for b in bl if b.query_id in qrels_d]
+    sel = [
+        decisions.selected_quality(b.scores, b.doc_ids, [qrels_d[b.query_id].get(d, 0) for d in b.doc_ids])
+        for b in judged
+    ]
+    jq = [b.query_id for b in judged]
+    rows.per_query(pert, "selected_quality_flip", jq, [decisions.mode_flip(s.tolist()) for s in sel])
+    rows.per_query(pert, "selected_quality_mean", jq, [s.mean() for s in sel])
+    rows.per_query(pert, "selected_quality_canonical", jq, [s[0] for s in sel])
 
 
 def _zeng(rows: _Rows, pert: str, bl: list[Block], ndcg: dict[str, np.ndarray], qrels_d) -> None:
@@ -368,7 +518,16 @@ def _position_ranks(blocks: list[Block]) -> np.ndarray:
     return p.argsort(axis=2).argsort(axis=2)
 
 
+def write_metrics(df: pl.DataFrame, path: str | os.PathLike, params: Mapping[str, Any] | None = None):
+    """Validate against the ``metrics`` contract and write atomically."""
+    return write_table(df, path, "metrics", params)
+
+
+
+
 def _answers(rows: _Rows, answers: pl.DataFrame, gold: pl.DataFrame | None) -> None:
+    """answer_flip per perturbation; with gold answers, canonical (presentation 0) EM and F1
+    and their means over presentations."""
     need = {"query_id", "perturbation", "presentation", "answer"}
     if need - set(answers.columns):
         raise ValueError(f"answers lacks column(s) {sorted(need - set(answers.columns))}")
@@ -389,25 +548,38 @@ def _answers(rows: _Rows, answers: pl.DataFrame, gold: pl.DataFrame | None) -> N
             f"for presentation {r['presentation']}"
         )
     a = a.sort(["perturbation", "query_id", "presentation"])
-    grouped = a.group_by(["perturbation", "query_id"], maintain_order=True).agg(pl.col("answer"))
+    grouped = a.group_by(["perturbation", "query_id"], maintain_order=True).agg(pl.col("answer"), pl.col("presentation"))
     for (pert,), part in grouped.group_by(["perturbation"], maintain_order=True):
         qids = part["query_id"].to_list()
         ans = part["answer"].to_list()
-        if pert != CANONICAL:
-            rows.per_query(pert, "answer_flip", qids, [qa.answer_flip(x) for x in ans])
+        pres = part["presentation"].to_list()
+        rows.per_query(pert, "answer_flip", qids, [qa.answer_flip(x) for x in ans])
         if gold is None:
             continue
         have = [i for i, q in enumerate(qids) if q in golds]
         if len(have) < len(qids):
             log.info("%s: %d of %d queries have no gold answer; EM/F1 skip them", pert, len(qids) - len(have), len(qids))
-        gq = [qids[i] for i in have]
-        rows.per_query(pert, "em", gq, [np.mean([qa.exact_match(x, golds[qids[i]]) for x in ans[i]]) for i in have])
-        rows.per_query(pert, "f1", gq, [np.mean([qa.f1_score(x, golds[qids[i]]) for x in ans[i]]) for i in have])
+        canon = [i for i in have if CANONICAL_PRESENTATION in pres[i]]
+        if len(canon) < len(have):
+            log.warning("%s: %d queries have no answer for presentation 0; canonical EM/F1 skip them",
+                        pert, len(have) - len(canon))
+        for name, fn in (("em", qa.exact_match), ("f1", qa.f1_score)):
+            rows.per_query(pert, name, [qids[i] for i in canon],
+                           [fn(ans[i][pres[i].index(CANONICAL_PRESENTATION)], golds[qids[i]]) for i in canon])
+            rows.per_query(pert, f"{name}_mean", [qids[i] for i in have],
+                           [np.mean([fn(x, golds[qids[i]]) for x in ans[i]]) for i in have])
 
 
-def write_metrics(df: pl.DataFrame, path: str | os.PathLike, params: Mapping[str, Any] | None = None):
-    """Validate against the ``metrics`` contract and write atomically."""
-    return write_table(df, path, "metrics", params)
+def _reader_k(answers_path: str | os.PathLike | None) -> int:
+    """The k an answers file records (metadata ``k`` or ``params.k``); the paper's 5 if none."""
+    from presdep.schemas import read_metadata
+
+    meta = read_metadata(answers_path) if answers_path else {}
+    k = meta.get("k", (meta.get("params") or {}).get("k"))
+    if k is None:
+        log.warning("%s records no reader k; gold_in_top%d uses the paper's k = %d", answers_path, READER_K, READER_K)
+        return READER_K
+    return int(k)
 
 
 def metrics_from_files(
@@ -421,11 +593,25 @@ def metrics_from_files(
     seed: int | None,
     answers_path: str | os.PathLike | None = None,
     gold_path: str | os.PathLike | None = None,
-    threshold: float | None = None,
+    thresholds_path: str | os.PathLike | None = None,
+    bsc_k: int = 1,
+    ensembles: int = 4,
+    reader_k: int | None = None,
 ) -> pl.DataFrame:
-    """Read the Parquet artifacts, compute the metrics, write them (the workflow's entry point)."""
+    """Read the artifacts, compute the metrics, write them (the workflow's entry point).
+
+    Reranking needs ``thresholds_path`` (the threshold artifact, the one source of t*).
+    QA: ``reader_k`` (the reader's top-k paragraphs) defaults to the k the answers
+    file records in its metadata.
+    """
+    from presdep.metrics.thresholds import read_thresholds
     from presdep.schemas import read_table
 
+    if task == "qa" and reader_k is None:
+        reader_k = _reader_k(answers_path)
+
+    if task == "rerank" and thresholds_path is None:
+        raise ValueError(f"{scores_path}: reranking metrics need the threshold artifact (thresholds_path)")
     metrics = compute_metrics(
         read_table(scores_path, "scores"),
         read_table(qrels_path, "qrels"),
@@ -435,13 +621,18 @@ def metrics_from_files(
         seed=seed,
         answers=read_table(answers_path, "answers") if answers_path else None,
         gold=read_table(gold_path, "answers_gold") if gold_path else None,
-        threshold=threshold,
+        thresholds=read_thresholds(thresholds_path) if thresholds_path else None,
+        bsc_k=bsc_k,
+        ensembles=ensembles,
+        reader_k=reader_k if reader_k is not None else READER_K,
     )
     params = {
         "dataset": dataset, "task": task, "variant": variant, "seed": seed,
         "scores": str(scores_path), "qrels": str(qrels_path),
         "answers": None if answers_path is None else str(answers_path),
-        "gold": None if gold_path is None else str(gold_path), "threshold": threshold,
+        "gold": None if gold_path is None else str(gold_path),
+        "thresholds": None if thresholds_path is None else str(thresholds_path),
+        "bsc_k": bsc_k, "bsc_ensembles": ensembles, "reader_k": reader_k,
     }
     write_metrics(metrics, out_path, params)
     return metrics

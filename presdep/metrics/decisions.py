@@ -1,20 +1,27 @@
 """Decisions downstream of a ranking and how often presentation changes them.
 
-* Threshold t*: tuned ONCE on the canonical presentation (first-stage order), then
-  frozen. Grid: 41 evenly spaced values over the pooled score range of all
-  queries; objective: mean over queries of the set-F1 between the retained set
-  S = {d : score(d) >= t} and the qrels-relevant docs (grade >= 1) within the
-  pool; ties go to the higher threshold. A query with no relevant doc in its pool
-  scores F1 = 1 when S is empty and 0 otherwise (the empty set is then the right
-  answer, mirroring "two empty sets count as 1" of the Jaccard).
+* Threshold t*: tuned ONCE on the canonical presentation (shuffle 0) of the
+  development half of the queries (presdep.metrics.thresholds), then frozen.
+  Grid: 41 evenly spaced values over the pooled score range; objective: mean over
+  queries of the set-F1 between the retained set S = {d : score(d) >= t} and the
+  qrels-relevant docs (grade >= 1) within the pool; ties go to the higher
+  threshold. A query with no relevant doc in its pool scores F1 = 0 whatever S is
+  (the paper's rule; it cannot pull t* towards retaining nothing).
 * Retained-set Jaccard: |S_a & S_b| / |S_a | S_b| averaged over all M(M-1)/2
   presentation pairs; two empty sets count as 1.
 * Set flip rate: share of presentation pairs whose retained sets differ.
 * Retained size: mean |S| over presentations.
+* Retained-set quality per presentation: precision |S & R| / |S| (0 when S is
+  empty), recall |S & R| / |R| and F1 2|S & R| / (|S| + |R|) (both 0 when R is
+  empty), retention |S| / n.
+* Matched-retention control: every presentation keeps exactly as many docs as the
+  canonical presentation (presentation 0) does at t*, its top n by (-score,
+  presented position); Jaccard and set flip of those sets remove the effect of
+  scores crossing the threshold.
 * Response pair flip: 1 - (count of the most common (top, bottom) pair) / M,
   selection flip: 1 - (count of the most common top) / M. Top and bottom come
-  from the same total order as nDCG (score descending, ties by doc id descending,
-  trec_eval's order), so the top of a tie is the largest doc id.
+  from the order (score descending, ties by response id ASCENDING): top is the
+  first, bottom the last of that order.
 
 Every pairwise or flip quantity is NaN for M < 2: one presentation says nothing
 about presentation dependence.
@@ -28,7 +35,6 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from presdep.metrics.quality import trec_order
 
 N_GRID = 41
 _TIE_EPS = 1e-12  # mean-F1 values closer than this are ties (summation rounding)
@@ -67,7 +73,7 @@ def threshold_curve(
         tp = np.add.reduceat((kept & rel).astype(np.int64), starts)
         denom = np.add.reduceat(kept.astype(np.int64), starts) + n_rel
         with np.errstate(invalid="ignore", divide="ignore"):
-            f1 = np.where(denom == 0, 1.0, 2.0 * tp / denom)
+            f1 = np.where(n_rel == 0, 0.0, 2.0 * tp / np.maximum(denom, 1))
         mean_f1[g] = f1.mean()
     return grid, mean_f1
 
@@ -133,9 +139,22 @@ def mode_flip(labels: Sequence[Hashable]) -> float:
     return 1.0 - Counter(labels).most_common(1)[0][1] / m
 
 
+def selection_order(scores: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
+    """(M, n) indices sorting each presentation by score descending, ties by id ascending."""
+    s = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    if np.isnan(s).any():
+        raise ValueError("scores contain NaN; a selection needs comparable scores")
+    ids = list(doc_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"response ids are not unique: {sorted(ids)}")
+    id_rank = np.empty(len(ids), dtype=np.int64)
+    id_rank[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+    return np.lexsort((np.broadcast_to(id_rank, s.shape), -s), axis=-1)
+
+
 def top_bottom(scores: np.ndarray, doc_ids: Sequence[str]) -> list[tuple[str, str]]:
-    """(top-scored, bottom-scored) doc id per presentation of an (M, n) block, trec_eval order."""
-    order = trec_order(np.atleast_2d(scores), doc_ids)
+    """(top-scored, bottom-scored) response id per presentation of an (M, n) block."""
+    order = selection_order(scores, doc_ids)
     ids = list(doc_ids)
     return [(ids[row[0]], ids[row[-1]]) for row in order.tolist()]
 
@@ -146,5 +165,43 @@ def pair_flip(scores: np.ndarray, doc_ids: Sequence[str]) -> float:
 
 
 def selection_flip(scores: np.ndarray, doc_ids: Sequence[str]) -> float:
-    """Selection flip (which doc is on top) of one query."""
+    """Selection flip (which response is on top) of one query."""
     return mode_flip([t for t, _ in top_bottom(scores, doc_ids)])
+
+
+def selected_quality(scores: np.ndarray, doc_ids: Sequence[str], grades: Sequence[float]) -> np.ndarray:
+    """(M,) grade of the selected (top) response of each presentation."""
+    g = np.asarray(grades, dtype=np.float64)
+    return g[selection_order(scores, doc_ids)[:, 0]]
+
+
+def retained_quality(kept: np.ndarray, relevant: np.ndarray) -> dict[str, np.ndarray]:
+    """Per presentation precision, recall, F1 and retention of kept (M, n) vs relevant (n,)."""
+    kept = np.asarray(kept, dtype=bool)
+    rel = np.asarray(relevant, dtype=bool)
+    size = kept.sum(axis=1).astype(np.float64)
+    tp = (kept & rel).sum(axis=1).astype(np.float64)
+    n_rel = float(rel.sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(size == 0, 0.0, tp / np.maximum(size, 1))
+        recall = np.zeros_like(tp) if n_rel == 0 else tp / n_rel
+        f1 = np.zeros_like(tp) if n_rel == 0 else 2.0 * tp / (size + n_rel)
+    return {"precision": precision, "recall": recall, "f1": f1, "retention": size / kept.shape[1]}
+
+
+def pair_stats(kept: np.ndarray) -> tuple[float, float]:
+    """(mean pairwise Jaccard, set flip rate) of one query's kept (M, n) masks; NaN for M < 2."""
+    kept = np.asarray(kept, dtype=bool)
+    if kept.shape[0] < 2:
+        return math.nan, math.nan
+    j, f = _pair_stats(kept[None])
+    return float(j[0]), float(f[0])
+
+
+def matched_kept(scores: np.ndarray, positions: np.ndarray, n_keep: int) -> np.ndarray:
+    """(M, n) masks: each presentation keeps its top ``n_keep`` by (-score, position)."""
+    s = np.asarray(scores, dtype=np.float64)
+    order = np.lexsort((np.asarray(positions), -s), axis=-1)
+    kept = np.zeros(s.shape, dtype=bool)
+    np.put_along_axis(kept, order[:, :n_keep], True, axis=-1)
+    return kept

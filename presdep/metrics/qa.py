@@ -3,8 +3,10 @@
 Normalisation is the official SQuAD evaluation script's: lower case, remove
 punctuation (string.punctuation), remove the articles a/an/the as whole words,
 collapse whitespace. Token F1 follows the SQuAD v2.0 script: when either side
-normalises to no tokens, F1 = 1 if both do and 0 otherwise. With several gold
-answers, EM and F1 take the maximum over them.
+normalises to no tokens, F1 = 1 if both do and 0 otherwise. HotpotQA's rule on
+top: when either side normalises to "yes", "no" or "noanswer" and the two differ,
+F1 = 0 (a "yes" must not earn partial credit against "yes it is"). With several
+gold answers, EM and F1 take the maximum over them.
 """
 
 from __future__ import annotations
@@ -51,10 +53,19 @@ def _f1_one(pred_tokens: list[str], gold_tokens: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+_SPECIAL = frozenset({"yes", "no", "noanswer"})
+
+
+def _f1_pair(pred: str, gold: str) -> float:
+    if (pred in _SPECIAL or gold in _SPECIAL) and pred != gold:
+        return 0.0
+    return _f1_one(pred.split(), gold.split())
+
+
 def f1_score(prediction: str, gold: str | Iterable[str]) -> float:
     """Token F1 between the normalised prediction and the best gold answer."""
-    pred = normalize_answer(prediction).split()
-    return max(_f1_one(pred, normalize_answer(g).split()) for g in _golds(gold))
+    pred = normalize_answer(prediction)
+    return max(_f1_pair(pred, normalize_answer(g)) for g in _golds(gold))
 
 
 def answer_flip(answers: Sequence[str]) -> float:

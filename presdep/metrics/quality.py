@@ -162,3 +162,82 @@ def _id_rank_fast(doc_ids: Sequence[str]) -> np.ndarray:
     if all(a < b for a, b in zip(ids, ids[1:])):
         return np.arange(len(ids))
     return _id_rank(ids)
+
+
+def presented_order(scores: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Indices sorting each row by score descending, ties by presented position (first shown wins).
+
+    This is the paper's strict ranking: every output ranking, quality and instability
+    alike, is read in this order. ``scores`` and ``positions`` are (..., n).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    p = np.asarray(positions)
+    if s.shape != p.shape:
+        raise ValueError(f"scores {s.shape} and positions {p.shape} must align")
+    if np.isnan(s).any():
+        raise ValueError("scores contain NaN; a ranking needs comparable scores")
+    return np.lexsort((p, -s), axis=-1)
+
+
+def presented_ranks(scores: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Strict scores n..1 in ``presented_order`` (n for the top): a tie-free stand-in."""
+    s = np.asarray(scores, dtype=np.float64)
+    order = presented_order(s, positions)
+    n = s.shape[-1]
+    out = np.empty(s.shape, dtype=np.float64)
+    np.put_along_axis(out, order, np.broadcast_to(np.arange(n, 0, -1, dtype=np.float64), s.shape), axis=-1)
+    return out
+
+
+# Measure names of the metrics table -> pytrec_eval measure (request, result key).
+MEASURES = {
+    "ndcg@1": ("ndcg_cut.1", "ndcg_cut_1"),
+    "ndcg@5": ("ndcg_cut.5", "ndcg_cut_5"),
+    "ndcg@10": ("ndcg_cut.10", "ndcg_cut_10"),
+    "map": ("map", "map"),
+    "mrr": ("recip_rank", "recip_rank"),
+    "recall@2": ("recall.2", "recall_2"),
+    "recall@5": ("recall.5", "recall_5"),
+}
+
+
+def evaluate_presentations(
+    query_ids: Sequence[str],
+    doc_ids: Sequence[Sequence[str]],
+    scores: Sequence[np.ndarray],
+    positions: Sequence[np.ndarray],
+    qrels: Qrels,
+    measures: Sequence[str],
+) -> dict[str, dict[str, np.ndarray]]:
+    """{measure: {query: (M,) values}} with ties broken by presented position.
+
+    Each ranking is handed to pytrec_eval as strictly decreasing scores in
+    ``presented_order``, so trec_eval's own tie rule (doc id) never applies.
+    Queries without qrels are skipped (trec_eval convention; the count is logged).
+    """
+    unknown = [m for m in measures if m not in MEASURES]
+    if unknown:
+        raise ValueError(f"unknown measure(s) {unknown}; known: {sorted(MEASURES)}")
+    judged = [i for i, q in enumerate(query_ids) if q in qrels]
+    if len(judged) < len(query_ids):
+        log.info("%d of %d queries have no qrels and are skipped", len(query_ids) - len(judged), len(query_ids))
+    out: dict[str, dict[str, np.ndarray]] = {m: {} for m in measures}
+    if not judged:
+        return out
+    evaluator = pytrec_eval.RelevanceEvaluator(
+        {query_ids[i]: dict(qrels[query_ids[i]]) for i in judged}, {MEASURES[m][0] for m in measures}
+    )
+    max_m = max(np.shape(scores[i])[0] for i in judged)
+    runs: list[dict[str, dict[str, float]]] = [{} for _ in range(max_m)]
+    for i in judged:
+        strict = presented_ranks(scores[i], positions[i])
+        ids = list(doc_ids[i])
+        for mm, row in enumerate(strict.tolist()):
+            runs[mm][query_ids[i]] = dict(zip(ids, row))
+        for m in measures:
+            out[m][query_ids[i]] = np.full(strict.shape[0], np.nan)
+    for mm, run in enumerate(runs):
+        for q, v in evaluator.evaluate(run).items():
+            for m in measures:
+                out[m][q][mm] = float(v[MEASURES[m][1]])
+    return out

@@ -3,8 +3,10 @@
 A scorer is any object with a ``name`` and
 ``score(query, docs) -> list[GradeReadout]`` (one readout per document, in input
 order) plus a batched ``score_prompts([(query, docs), ...])``. Presentations,
-chunking, BSC, CapCal and resumable output are written once around it
-(:mod:`presdep.scoring.run`). Heavy backends import lazily.
+the first-stage pass, chunking and resumable output are written once around it
+(:mod:`presdep.scoring.run`); CapCal recalibrates a stored run's probabilities
+(:mod:`presdep.scoring.capcal`); BSC's averages are views (:mod:`presdep.views`).
+Heavy backends import lazily.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ REGISTRY: dict[str, str] = {
     "identity": "presdep.scoring.backends:make_identity",
     "transformers": "presdep.scoring.backends:make_transformers",
     "vllm": "presdep.scoring.backends:make_vllm",
+    "hosted": "presdep.training.hosted:make_hosted",
 }
 
 

@@ -74,14 +74,17 @@ class TransformersScorer:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         model_desc: Mapping[str, Any] | None = None,
         progress: bool = False,
+        instruction: str | None = None,
     ):
-        from presdep.scoring.template import SkeletonBuilder
+        from presdep.scoring.template import SkeletonBuilder, load_template
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
-        self.builder = SkeletonBuilder(tokenizer, template, max_doc_chars, chat_template_kwargs)
+        if isinstance(template, str):
+            template = load_template(template)
+        self.builder = SkeletonBuilder(tokenizer, template, max_doc_chars, chat_template_kwargs, instruction)
         self.grade_ids = self.builder.grade_ids
         self.template_sha256 = self.builder.template.sha256
         self.batch_size = int(batch_size)
@@ -99,6 +102,7 @@ class TransformersScorer:
             "model": self.model_desc,
             "template": self.builder.template.name,
             "template_sha256": self.template_sha256,
+            "instruction": self.builder.instruction,
             "dtype": str(next(self.model.parameters()).dtype),
             "device_type": self.device.type,
             "grade_token_ids": list(self.grade_ids),
@@ -153,7 +157,8 @@ def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -
     from presdep.models import describe_model, load_model
 
     spec = _model_spec(variant)
-    model, tok = load_model(spec, device=variant.get("device", "auto"), dtype=variant.get("dtype", "auto"))
+    opts = _runtime_options(variant, spec)
+    model, tok = load_model(spec, **{k: opts[k] for k in ("device", "dtype") if k in opts})
     desc = describe_model(spec)
     if variant.get("adapter"):
         # A trained LoRA student: base model + adapter directory.
@@ -164,10 +169,64 @@ def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -
     return TransformersScorer(
         model, tok,
         max_doc_chars=protocol.get("max_doc_chars"),
-        batch_size=int(variant.get("batch_size", 8)),
-        chat_template_kwargs=variant.get("chat_template_kwargs"),
+        **({"batch_size": int(opts["batch_size"])} if "batch_size" in opts else {}),
+        chat_template_kwargs=opts.get("chat_template_kwargs"),
         model_desc=desc,
+        template=_template(protocol),
+        instruction=protocol.get("instruction"),
     )
+
+
+def _runtime_options(variant: Mapping[str, Any], spec: Mapping[str, Any]) -> dict:
+    """device, dtype, batch_size, ...: the model entry's (where the schema puts them) over
+    the same keys given on the variant by a library caller."""
+    keys = ("device", "dtype", "batch_size", "logprobs_k", "gpu_memory_utilization", "chat_template_kwargs")
+    return {k: src[k] for src in (variant, spec) for k in keys if k in src}
+
+
+def _template(protocol: Mapping[str, Any]):
+    """The dataset's rubric (a shipped name or a user's file); the relevance rubric when unset."""
+    from presdep.scoring.template import DEFAULT_TEMPLATE, load_template
+
+    return load_template(protocol.get("rubric") or DEFAULT_TEMPLATE)
+
+
+class MissingGradeLogprob(RuntimeError):
+    """A grade token is absent from the prompt logprobs vLLM returned for a read position."""
+
+
+def grade_probs_from_logprobs(
+    entry: Mapping[int, Any] | None, grade_ids: Sequence[int], *, where: str = "", logprobs_k: int | None = None
+) -> tuple[float, ...]:
+    """P(grade) from one position's returned logprobs, softmaxed over the grade tokens.
+
+    ``entry`` maps token id -> logprob (a float or an object with ``.logprob``, as vLLM
+    returns). Every grade token must be present: a missing one would otherwise be a
+    silent probability of 0, and which tokens fall outside the top k depends on the slot.
+    """
+    import math
+
+    entry = entry or {}
+    missing = [g for g, tid in enumerate(grade_ids) if tid not in entry]
+    if missing:
+        top = f"the top-{logprobs_k} " if logprobs_k else "the "
+        raise MissingGradeLogprob(
+            f"vllm readout{' at ' + where if where else ''}: grade(s) {missing} (token ids "
+            f"{[grade_ids[g] for g in missing]}) absent from {top}prompt logprobs ({len(entry)} tokens returned); "
+            "raise the variant's logprobs_k"
+        )
+    lps = []
+    for tid in grade_ids:
+        lp = float(getattr(entry[tid], "logprob", entry[tid]))
+        if math.isnan(lp) or lp == math.inf:
+            raise MissingGradeLogprob(f"vllm readout{' at ' + where if where else ''}: logprob {lp} for token {tid}")
+        lps.append(lp)
+    top_lp = max(lps)
+    if top_lp == -math.inf:
+        raise MissingGradeLogprob(f"vllm readout{' at ' + where if where else ''}: every grade token has logprob -inf")
+    ex = [math.exp(x - top_lp) for x in lps]
+    z = sum(ex)
+    return tuple(x / z for x in ex)
 
 
 class VLLMScorer:
@@ -175,9 +234,9 @@ class VLLMScorer:
 
     ``prompt_logprobs[t]`` is the distribution that predicted prompt token t, so
     slot s is read at its dummy grade (read position + 1). vLLM returns the top
-    ``logprobs_k`` tokens plus the actual one (the dummy "0"); a grade outside
-    them gets probability 0, and such misses are counted in
-    ``missing_grade_tokens`` and logged.
+    ``logprobs_k`` tokens plus the actual one (the dummy "0"); a grade token
+    outside them is an error (:class:`MissingGradeLogprob`, see
+    :func:`grade_probs_from_logprobs`), never a probability of 0.
     """
 
     name = "vllm"
@@ -194,6 +253,8 @@ class VLLMScorer:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         model_desc: Mapping[str, Any] | None = None,
         revision: str | None = None,
+        template: Any = None,
+        instruction: str | None = None,
     ):
         try:
             from vllm import LLM
@@ -210,22 +271,20 @@ class VLLMScorer:
             kw["revision"] = revision
         self.llm = LLM(model=str(model_path), **kw)
         tok = self.llm.get_tokenizer()
-        self.builder = SkeletonBuilder(tok, None, max_doc_chars, chat_template_kwargs)
+        self.builder = SkeletonBuilder(tok, template, max_doc_chars, chat_template_kwargs, instruction)
         self.grade_ids = self.builder.grade_ids
         self.template_sha256 = self.builder.template.sha256
         self.logprobs_k = int(logprobs_k)
         self.model_desc = dict(model_desc or {"path": str(model_path)})
-        self.missing_grade_tokens = 0
         self.slots_read = 0
 
     def describe(self) -> dict:
         return {"scorer": self.name, "model": self.model_desc, "template": self.builder.template.name,
-                "template_sha256": self.template_sha256, "logprobs_k": self.logprobs_k,
+                "template_sha256": self.template_sha256, "instruction": self.builder.instruction,
+                "logprobs_k": self.logprobs_k,
                 "grade_token_ids": list(self.grade_ids)}
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
-        import math
-
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -233,32 +292,17 @@ class VLLMScorer:
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=self.logprobs_k)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=b.ids) for b in built], params, use_tqdm=False)
         result = []
-        missing_before = self.missing_grade_tokens
-        for b, out in zip(built, outs):
+        for k, (b, out) in enumerate(zip(built, outs)):
             plp = out.prompt_logprobs
             if plp is None or len(plp) != len(b.ids):
                 raise RuntimeError(f"vLLM returned {None if plp is None else len(plp)} prompt logprobs for {len(b.ids)} tokens")
             row = []
-            for r in b.read_positions:
-                entry = plp[r + 1] or {}
-                lps = []
-                for g in self.grade_ids:
-                    lp = entry.get(g)
-                    if lp is None:
-                        self.missing_grade_tokens += 1
-                        lps.append(-math.inf)
-                    else:
-                        lps.append(float(getattr(lp, "logprob", lp)))
-                top = max(lps)
-                ex = [math.exp(x - top) for x in lps]
-                z = sum(ex)
-                p = tuple(x / z for x in ex)
+            for s, r in enumerate(b.read_positions):
+                p = grade_probs_from_logprobs(plp[r + 1], self.grade_ids, where=f"prompt {k}, slot {s + 1}",
+                                              logprobs_k=self.logprobs_k)
                 row.append(GradeReadout(sum(g * pg for g, pg in enumerate(p)), p))
                 self.slots_read += 1
             result.append(row)
-        if self.missing_grade_tokens > missing_before:
-            log.warning("vllm: %d grade tokens outside the top-%d prompt logprobs so far (of %d slots x 4)",
-                        self.missing_grade_tokens, self.logprobs_k, self.slots_read)
         return result
 
     def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
@@ -278,11 +322,11 @@ def make_vllm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> VLLMSc
     return VLLMScorer(
         path,
         max_doc_chars=protocol.get("max_doc_chars"),
-        dtype=variant.get("dtype", "auto"),
-        logprobs_k=int(variant.get("logprobs_k", 20)),
-        gpu_memory_utilization=float(variant.get("gpu_memory_utilization", 0.85)),
-        max_model_len=variant.get("max_model_len"),
-        chat_template_kwargs=variant.get("chat_template_kwargs"),
+        **{k: v for k, v in _runtime_options(variant, spec).items() if k in ("dtype", "logprobs_k", "gpu_memory_utilization")},
+        max_model_len=spec.get("max_model_len"),
+        chat_template_kwargs=_runtime_options(variant, spec).get("chat_template_kwargs"),
         model_desc=describe_model(spec),
         revision=revision,
+        template=_template(protocol),
+        instruction=protocol.get("instruction"),
     )

@@ -1,33 +1,31 @@
 """CapCal: content-free calibration of the per-slot grade distribution.
 
-The prior q_s is the grade distribution at slot s when every document body is
-empty (real probe queries, B slots, averaged over probes); it is computed once
-per (model, template, B) and cached as its own Parquet artifact. Calibration of
-a readout p at slot s (METHODS.md): alpha = beta * H(p) (nats),
-p' = p - alpha * (q_s - 1/4), clipped at eps, renormalised; score = E[g] under p'.
+The prior q_s of a query is the grade distribution at slot s of a probe prompt: the
+SAME query with every document body replaced by an empty string, at the same prompt
+size (estimated per query). Calibration of a stored readout p at slot s
+(METHODS.md): alpha = beta * H(p) (nats), p' = p - alpha * (q_s - 1/4), clipped at
+eps, renormalised; score = E[g] under p'. The off-the-shelf run's stored
+probabilities are reused, so the probes are the only new model work.
 The upstream generative variant uses alpha = min(5 H / log C, 2); not used here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from presdep import __version__
-from presdep.schemas import METADATA_KEY, SchemaError, atomic_write
+from presdep.resume import partial_dir, resume_dir
+from presdep.schemas import read_metadata, read_table, write_table, write_text_atomic
 
 EPS = 1e-6
-PRIOR_KIND = "capcal_prior"
-_PRIOR_SCHEMA = pa.schema(
-    [pa.field("slot", pa.int32(), False)] + [pa.field(f"q{g}", pa.float64(), False) for g in range(4)]
-)
 
 
 def entropy_nats(p: np.ndarray) -> np.ndarray:
@@ -50,52 +48,43 @@ def expected_grade(p: np.ndarray) -> np.ndarray:
     return np.asarray(p, dtype=np.float64) @ np.arange(4, dtype=np.float64)
 
 
-def content_free_prompts(probe_queries: Sequence[str], b: int) -> list[tuple[str, list[str]]]:
-    """The real probe queries with B empty documents each."""
-    if b < 1 or not probe_queries:
-        raise ValueError(f"content-free prior needs B >= 1 and at least one probe query (B={b}, {len(probe_queries)} queries)")
-    return [(q, [""] * b) for q in probe_queries]
+def content_free_prompts(query: str, sizes: Sequence[int]) -> list[tuple[str, list[str]]]:
+    """The probe prompts of one query: the same query, every document body empty, one
+    prompt per prompt size the query's scored prompts have (B, and the last prompt's
+    size when B does not divide the candidate count)."""
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"content-free probes need prompt sizes >= 1, got {list(sizes)}")
+    return [(query, [""] * int(b)) for b in sizes]
 
 
-def content_free_prior(scorer: Any, probe_queries: Sequence[str], b: int) -> np.ndarray:
-    """q[s, g]: mean grade distribution at slot s over the content-free probe prompts."""
-    prompts = content_free_prompts(probe_queries, b)
+def probe_probs(scorer: Any, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[np.ndarray]:
+    """P(grade) per slot of each probe prompt: float64 arrays [size, 4]."""
     if hasattr(scorer, "slot_probs"):
-        probs = np.stack([np.asarray(x, dtype=np.float64) for x in scorer.slot_probs(prompts)])
-    else:
-        readouts = scorer.score_prompts(prompts)
-        if any(r.probs is None for ro in readouts for r in ro):
-            raise ValueError(f"scorer {scorer.name} gives no grade probabilities; CapCal needs them")
-        probs = np.asarray([[r.probs for r in ro] for ro in readouts], dtype=np.float64)
-    return probs.mean(axis=0)
+        return [np.asarray(x, dtype=np.float64) for x in scorer.slot_probs(prompts)]
+    readouts = scorer.score_prompts(prompts)
+    if any(r.probs is None for ro in readouts for r in ro):
+        raise ValueError(f"scorer {scorer.name} gives no grade probabilities; CapCal needs them")
+    return [np.asarray([r.probs for r in ro], dtype=np.float64) for ro in readouts]
 
 
-def write_prior(path: str | os.PathLike, q: np.ndarray, **meta: Any) -> Path:
-    path = Path(path)
-    q = np.asarray(q, dtype=np.float64)
-    if q.ndim != 2 or q.shape[1] != 4 or not np.allclose(q.sum(axis=1), 1.0, atol=1e-6):
-        raise ValueError(f"a CapCal prior is [B, 4] with rows summing to 1; got shape {q.shape}")
-    cols = {"slot": pa.array(np.arange(len(q), dtype=np.int32))}
-    cols.update({f"q{g}": pa.array(q[:, g]) for g in range(4)})
-    table = pa.table(cols, schema=_PRIOR_SCHEMA)
-    md = {"presdep_version": __version__, "kind": PRIOR_KIND, "B": int(len(q)), **meta}
-    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(md, sort_keys=True, default=str)})
-    return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+def calibrate_query(rows: pl.DataFrame, priors: Mapping[int, np.ndarray], beta: float = 1.0,
+                    eps: float = EPS) -> pl.DataFrame:
+    """One query's stored rows with p0..p3 replaced by the calibrated p' and score = E[g] under p'.
 
-
-def read_prior(path: str | os.PathLike) -> tuple[np.ndarray, dict]:
-    path = Path(path)
-    table = pq.read_table(path)
-    md = json.loads((table.schema.metadata or {}).get(METADATA_KEY, b"{}"))
-    if md.get("kind") != PRIOR_KIND:
-        raise SchemaError(f"{path}: not a CapCal prior (metadata kind {md.get('kind')!r})")
-    missing = [n for n in _PRIOR_SCHEMA.names if n not in table.column_names]
-    if missing:
-        raise SchemaError(f"{path}: CapCal prior lacks column(s) {missing}")
-    df = pl.from_arrow(table.select(_PRIOR_SCHEMA.names)).sort("slot")
-    if df["slot"].to_list() != list(range(df.height)):
-        raise SchemaError(f"{path}: CapCal prior slots are not 0..B-1")
-    return df.select("q0", "q1", "q2", "q3").to_numpy().astype(np.float64), md
+    ``priors[size]`` is the content-free prior [size, 4] of a prompt of that many documents;
+    a row's prompt size is the number of rows sharing its (perturbation, presentation, prompt).
+    """
+    size = pl.len().over("perturbation", "presentation", "prompt").alias("_size")
+    rows = rows.with_columns(size)
+    raw = rows.select("p0", "p1", "p2", "p3").to_numpy().astype(np.float64)
+    q = np.empty_like(raw)
+    for i, (b, s) in enumerate(zip(rows["_size"].to_list(), rows["slot"].to_list())):
+        q[i] = priors[b][s]
+    cal = calibrate_probs(raw, q, beta, eps)
+    return rows.drop("_size").with_columns(
+        pl.Series("score", expected_grade(cal), dtype=pl.Float64),
+        *(pl.Series(f"p{g}", cal[:, g], dtype=pl.Float32) for g in range(4)),
+    )
 
 
 _LOCAL_KEYS = ("path", "adapter", "source")
@@ -109,73 +98,126 @@ def _model_conflict(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) ->
     return {k: (a[k], b[k]) for k in a.keys() & b.keys() if k not in _LOCAL_KEYS and a[k] != b[k]}
 
 
-class CapCal:
-    """Calibrates per-slot readouts with a cached content-free prior."""
-
-    def __init__(self, prior: np.ndarray, beta: float = 1.0, eps: float = EPS, meta: dict | None = None):
-        self.prior = np.asarray(prior, dtype=np.float64)
-        self.beta = float(beta)
-        self.eps = float(eps)
-        self.meta = dict(meta or {})
-
-    @classmethod
-    def from_file(
-        cls, path: str | os.PathLike, *, B: int, template_sha256: str | None = None,
-        model: Mapping[str, Any] | None = None, beta: float = 1.0,
-    ) -> "CapCal":
-        q, md = read_prior(path)
-        if md.get("B") != B or len(q) != B:
-            raise ValueError(f"{path}: CapCal prior is for B={md.get('B')}, the protocol has B={B}")
-        if template_sha256 is not None and md.get("template_sha256") != template_sha256:
-            raise ValueError(f"{path}: CapCal prior was computed with template {md.get('template_sha256')}, "
-                             f"the scorer uses {template_sha256}")
-        conflict = _model_conflict(md.get("model"), model)
-        if conflict:
-            raise ValueError(f"{path}: CapCal prior was computed for another model (prior vs scorer: {conflict})")
-        return cls(q, beta=beta, meta=md)
-
-    def calibrate(self, raw: np.ndarray, slots: Sequence[int]) -> np.ndarray:
-        slots = np.asarray(slots, dtype=np.int64)
-        if slots.size and slots.max() >= len(self.prior):
-            raise ValueError(f"slot {int(slots.max())} beyond the prior's B={len(self.prior)}")
-        return calibrate_probs(raw, self.prior[slots], self.beta, self.eps)
-
-    def calibrated_scores(self, raw: np.ndarray, slots: Sequence[int]) -> np.ndarray:
-        return expected_grade(self.calibrate(raw, slots))
+def _check_source(meta: Mapping[str, Any], source_path: Any, *, protocol: Mapping[str, Any],
+                  template_sha256: str | None, model: Mapping[str, Any] | None) -> None:
+    """The reused scores must come from the same model, prompt and protocol, single-pass."""
+    params = meta.get("params") or {}
+    sv = params.get("variant") or {}
+    if meta.get("kind") != "scores":
+        raise ValueError(f"{source_path}: not a scores file (metadata kind {meta.get('kind')!r})")
+    if sv.get("calibration") != "none" or sv.get("bsc_k") != 1:
+        raise ValueError(f"{source_path}: CapCal reuses an uncalibrated single-pass run (bsc_k 1, calibration "
+                         f"none); this one has calibration {sv.get('calibration')!r}, bsc_k {sv.get('bsc_k')!r}")
+    sp = params.get("protocol") or {}
+    diff = sorted(k for k in set(sp) | set(protocol) if sp.get(k) != protocol.get(k))
+    if diff:
+        raise ValueError(f"{source_path}: reused scores were made under another protocol; differing key(s) "
+                         + ", ".join(f"{k}: {sp.get(k)!r} there vs {protocol.get(k)!r} here" for k in diff))
+    if template_sha256 is not None and meta.get("template_sha256") != template_sha256:
+        raise ValueError(f"{source_path}: reused scores used prompt template {meta.get('template_sha256')}, "
+                         f"the probe scorer uses {template_sha256}")
+    conflict = _model_conflict((meta.get("scorer") or {}).get("model"), model)
+    if conflict:
+        raise ValueError(f"{source_path}: reused scores come from another model (there vs here: {conflict})")
 
 
-def compute_capcal_prior(
-    model: Mapping[str, Any] | str | os.PathLike,
+def calibrate_scores(
+    source: pl.DataFrame,
+    queries: Mapping[str, str],
+    scorer: Any,
+    *,
+    beta: float = 1.0,
+    eps: float = EPS,
+    done_dir: str | os.PathLike | None = None,
+) -> tuple[pl.DataFrame, dict[str, dict[int, list]]]:
+    """CapCal over stored single-pass probabilities: (calibrated rows, priors per query).
+
+    The only model work is the content-free probes, one prompt per (query, prompt
+    size); the documents are never read again. With ``done_dir`` each query's prior is
+    flushed there (JSON, atomically) and reused by a resumed run.
+    """
+    need = ("query_id", "perturbation", "presentation", "prompt", "slot", "p0", "p1", "p2", "p3")
+    missing = [c for c in need if c not in source.columns]
+    if missing:
+        raise ValueError(f"scores to calibrate lack column(s) {missing}")
+    nulls = source.filter(pl.any_horizontal(pl.col("p0", "p1", "p2", "p3").is_null()))
+    if nulls.height:
+        r = nulls.row(0, named=True)
+        raise ValueError(f"CapCal needs grade probabilities; query {r['query_id']!r} doc {r.get('doc_id')!r} "
+                         f"({r['perturbation']} {r['presentation']}) has none (an identity or hosted run?)")
+    out, priors = [], {}
+    for (qid,), rows in source.group_by("query_id", maintain_order=True):
+        if qid not in queries:
+            raise ValueError(f"scores name query {qid!r}, which is not in the candidates")
+        sizes = sorted(set(rows.group_by("perturbation", "presentation", "prompt").len()["len"].to_list()))
+        path = Path(done_dir) / f"prior-{hashlib.sha256(str(qid).encode()).hexdigest()[:40]}.json" if done_dir else None
+        if path is not None and path.exists():
+            got = {int(b): np.asarray(q) for b, q in json.loads(path.read_text(encoding="utf-8")).items()}
+        else:
+            got = dict(zip(sizes, probe_probs(scorer, content_free_prompts(queries[qid], sizes))))
+            if path is not None:
+                write_text_atomic(path, json.dumps({str(b): q.tolist() for b, q in got.items()}))
+        out.append(calibrate_query(rows, got, beta, eps))
+        priors[str(qid)] = {int(b): got[b].tolist() for b in sizes}
+    return pl.concat(out), priors
+
+
+def calibrate_scores_file(
+    *,
+    source_path: str | os.PathLike,
     candidates_path: str | os.PathLike,
     out_path: str | os.PathLike,
-    *,
-    B: int,
-    n_probes: int = 20,
-    max_doc_chars: int = 1200,
-    device: str = "auto",
-    dtype: str = "auto",
-    batch_size: int = 8,
-    probe_dataset: str | None = None,
-    threads: int | None = None,
+    dataset: str,
+    variant: Mapping[str, Any],
+    protocol: Mapping[str, Any],
+    scorer: Any = None,
 ) -> Path:
-    """Load the model, read the first ``n_probes`` queries (by query id) from a
-    candidates file, compute the content-free prior for B slots, write it."""
-    if threads:
-        import torch
+    """The capcal variant's scoring job: reuse ``source_path``'s probabilities, probe, calibrate.
 
-        torch.set_num_threads(int(threads))
-    from presdep.models import describe_model, load_model
-    from presdep.schemas import read_table
-    from presdep.scoring.backends import TransformersScorer
+    Output rows are the source's rows (same presentations, positions, prompts, slots)
+    with p0..p3 = the calibrated distribution p' and score = E[g] under p'; the raw
+    probabilities stay in the reused file, named with its sha256 in the metadata.
+    """
+    from presdep.scoring import make_scorer
+    from presdep.scoring.run import resolve_protocol, resolve_variant
 
+    v, p = resolve_variant(variant), resolve_protocol(protocol)
+    if v["calibration"] != "capcal" or v["bsc_k"] != 1:
+        raise ValueError(f"calibrate_scores_file is the capcal job (bsc_k 1); variant has calibration "
+                         f"{v['calibration']!r}, bsc_k {v['bsc_k']}")
+    beta = float(v["capcal_beta"])
+    meta = read_metadata(source_path)
+    source = read_table(source_path, "scores")
     cand = read_table(candidates_path, "candidates")
-    probes = cand.select("query_id", "query").unique("query_id").sort("query_id").head(n_probes)
-    spec = model if isinstance(model, Mapping) else {"source": "local", "path": str(model)}
-    m, tok = load_model(spec, device=device, dtype=dtype)
-    scorer = TransformersScorer(m, tok, max_doc_chars=max_doc_chars, batch_size=batch_size,
-                                model_desc=describe_model(spec))
-    q = content_free_prior(scorer, probes["query"].to_list(), B)
-    return write_prior(
-        out_path, q, template_sha256=scorer.template_sha256, model=scorer.model_desc,
-        probe_dataset=probe_dataset, probe_query_ids=probes["query_id"].to_list(), n_probes=probes.height,
+    if scorer is None:
+        scorer = make_scorer(v, p)
+    describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
+    sha = getattr(scorer, "template_sha256", None)
+    _check_source(meta, source_path, protocol=p, template_sha256=sha, model=describe.get("model"))
+    source_sha = _file_sha256(source_path)
+    fingerprint = json.dumps({"presdep_version": __version__, "source_sha256": source_sha, "scorer": describe,
+                              "beta": beta, "eps": EPS, "queries": _file_sha256(candidates_path)},
+                             sort_keys=True, default=str)
+    done = resume_dir(partial_dir(out_path), fingerprint)
+    queries = dict(cand.select("query_id", "query").unique("query_id").iter_rows())
+    calibrated, priors = calibrate_scores(source, queries, scorer, beta=beta, done_dir=done)
+    path = write_table(
+        calibrated.sort("perturbation", "presentation", "query_id", "position"), out_path, "scores",
+        params={"variant": v, "protocol": p},
+        **{k: meta.get(k) for k in ("perturbations", "presentations", "middle_injection_skipped")},
+        dataset=dataset, bsc_k=1, bsc_ensembles=v["bsc_ensembles"],
+        template_sha256=sha, model=describe.get("model"), scorer=describe,
+        capcal={"reuses": str(source_path), "reuses_sha256": source_sha, "beta": beta, "eps": EPS,
+                "probs": "p0..p3 are the calibrated p'; the raw ones are in the reused file",
+                "probe_prompts": sum(len(x) for x in priors.values()), "priors": priors},
     )
+    shutil.rmtree(done)
+    return path
+
+
+def _file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

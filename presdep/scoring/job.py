@@ -1,4 +1,8 @@
-"""The `score` job: read a dataset's fixture, score all presentations, write one file."""
+"""The `score` job: read a dataset's fixture, score all presentations, write one file.
+
+A capcal variant scores no document: it recalibrates the stored probabilities of the
+run it reuses (``reuse_scores_path``) with per-query content-free probes.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ def score_dataset_files(
     variant: Mapping[str, Any],
     protocol: Mapping[str, Any],
     model_dir: str | os.PathLike | None = None,
-    capcal_prior_path: str | os.PathLike | None = None,
+    reuse_scores_path: str | os.PathLike | None = None,
     threads: int | None = None,
     selected_path: str | os.PathLike | None = None,
     seed: int | None = None,
@@ -32,7 +36,7 @@ def score_dataset_files(
     variant = copy.deepcopy(dict(variant))
     if model_dir:
         # A fetched model is a local directory from here on; its config name and spec stay in
-        # the description, so CapCal can check that its cached prior belongs to this model.
+        # the description, so CapCal can check that the scores it reuses come from this model.
         spec = variant.get("model") if isinstance(variant.get("model"), dict) else {}
         variant["model"] = {**spec, "name": variant.get("model_name"), "path": str(model_dir)}
     if selected_path:
@@ -41,6 +45,15 @@ def score_dataset_files(
 
         variant["adapter"] = adapter_for(selected_path, int(seed))
         variant["training_seed"] = int(seed)
+    if variant.get("calibration") == "capcal":
+        from presdep.scoring.capcal import calibrate_scores_file
+
+        if not reuse_scores_path:
+            raise ValueError(f"variant with calibration capcal needs the scores it reuses (reuse_scores_of) "
+                             f"for dataset {dataset!r}")
+        calibrate_scores_file(source_path=reuse_scores_path, candidates_path=candidates_path, out_path=out_path,
+                              dataset=dataset, variant=variant, protocol=protocol)
+        return
     candidates = read_table(candidates_path, "candidates")
     qrels = read_table(qrels_path, "qrels") if qrels_path else None
     score_dataset(
@@ -50,5 +63,4 @@ def score_dataset_files(
         protocol=protocol,
         out_path=out_path,
         qrels=qrels,
-        capcal_prior_path=capcal_prior_path,
     )

@@ -1,5 +1,8 @@
 """Score every presentation of every query of a dataset into one ``scores`` file.
 
+Every row is the single-pass readout of one document in one presentation; nothing
+is averaged here (BSC's means over shuffles are views computed downstream).
+
 One job loops over all presentations (never a wildcard per presentation). Each
 finished query is flushed to a sidecar folder ``<out>.partial/`` (one Arrow IPC
 file per query, written atomically), so a job killed at any point resumes where
@@ -25,6 +28,8 @@ from tqdm.auto import tqdm
 from presdep import __version__
 from presdep.presentations import (
     CHUNKINGS,
+    FIRST_STAGE,
+    INJECTION_PLACES,
     PERTURBATIONS,
     NoRelevantDocument,
     chunk_positions,
@@ -41,33 +46,34 @@ from presdep.scoring.template import prepare_doc
 
 log = logging.getLogger(__name__)
 
-CANONICAL = "canonical"
 CANDIDATE_COLUMNS = ("query_id", "query", "doc_id", "doc", "first_stage_rank")
-VARIANT_DEFAULTS: dict[str, Any] = {
-    "chunking": "contiguous",
-    "calibration": "none",
-    "bsc_k": 1,
-}
-PROTOCOL_DEFAULTS: dict[str, Any] = {"max_doc_chars": 1200}
+# Keys a variant must carry (the validated config fills them from the schema's defaults).
+VARIANT_KEYS = ("scorer", "chunking", "calibration", "bsc_k", "bsc_ensembles")
 _SCORE_COLS = SCHEMAS["scores"].names
 
 
 def resolve_variant(variant: Mapping[str, Any]) -> dict:
-    v = {**VARIANT_DEFAULTS, **copy.deepcopy(dict(variant))}
-    if "scorer" not in v:
-        raise ValueError(f"variant lacks 'scorer' (one of identity, transformers, vllm): {v}")
+    v = copy.deepcopy(dict(variant))
+    missing = [k for k in VARIANT_KEYS if k not in v]
+    if missing:
+        raise ValueError(f"variant lacks {missing} (the validated config fills them from the schema): {v}")
     if v["chunking"] not in CHUNKINGS:
         raise ValueError(f"variant chunking {v['chunking']!r} not in {CHUNKINGS}")
     if v["calibration"] not in ("none", "capcal"):
         raise ValueError(f"variant calibration {v['calibration']!r} not in ('none', 'capcal')")
+    if v["calibration"] == "capcal" and "capcal_beta" not in v:
+        raise ValueError(f"variant with calibration capcal lacks 'capcal_beta' (alpha = beta * H(p)): {v}")
     k = v["bsc_k"]
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"variant bsc_k must be an integer >= 1, got {k!r}")
+    e = v["bsc_ensembles"]
+    if not isinstance(e, int) or isinstance(e, bool) or e < 1:
+        raise ValueError(f"variant bsc_ensembles must be an integer >= 1, got {e!r}")
     return v
 
 
 def resolve_protocol(protocol: Mapping[str, Any]) -> dict:
-    p = {**PROTOCOL_DEFAULTS, **copy.deepcopy(dict(protocol))}
+    p = copy.deepcopy(dict(protocol))
     for key in ("seed", "M", "B", "perturbations", "max_doc_chars"):
         if key not in p:
             raise ValueError(f"protocol lacks {key!r}; got keys {sorted(p)}")
@@ -116,43 +122,32 @@ def _sha256_frame(df: pl.DataFrame | None) -> str | None:
     return h.hexdigest()
 
 
-def _file_sha256(path: str | os.PathLike | None) -> str | None:
-    if path is None:
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def shuffle_count(v: Mapping[str, Any], p: Mapping[str, Any]) -> int:
+    """Random shuffles scored per query: M, or E*K for a BSC variant (its views need them all)."""
+    k = v["bsc_k"]
+    return p["M"] if k == 1 else v["bsc_ensembles"] * k
 
 
-class _Unit:
-    """One stored presentation: K member orders (K = 1 unless BSC)."""
-
-    __slots__ = ("perturbation", "presentation", "members")
-
-    def __init__(self, perturbation: str, presentation: int, members: list[list[int]]):
-        self.perturbation = perturbation
-        self.presentation = presentation
-        self.members = members
-
-
-def _units_for_query(
+def _orders_for_query(
     qid: str, n: int, grades: Mapping[str, int] | None, doc_ids: Sequence[str],
     dataset: str, v: dict, p: dict,
-) -> list[_Unit]:
-    """All presentations of one query, as orders of indices into first-stage order."""
+) -> list[tuple[str, int, list[int], str]]:
+    """Every presentation of one query: (perturbation, presentation, order as indices into
+    first-stage order, chunking). The first-stage pass and its edits (within_chunk,
+    middle_injection) use the variant's chunking; a random shuffle is cut into consecutive
+    prompts of B for every variant (under a uniform shuffle, round-robin and contiguous cuts
+    are the same distribution, METHODS.md)."""
     base = list(range(n))
-    seed, m_count, b, k = p["seed"], p["M"], p["B"], v["bsc_k"]
-    lists: list[tuple[str, int, list[int]]] = []
+    seed, b = p["seed"], p["B"]
+    out: list[tuple[str, int, list[int], str]] = [(FIRST_STAGE, 0, base, v["chunking"])]
     for pert in p["perturbations"]:
         if pert == "random_shuffle":
-            for m in range(m_count):
-                lists.append((pert, m, random_shuffle(base, shuffle_seed(seed, dataset, qid, m))))
+            for m in range(shuffle_count(v, p)):
+                out.append((pert, m, random_shuffle(base, shuffle_seed(seed, dataset, qid, m)), "contiguous"))
         elif pert == "within_chunk":
-            for m in range(m_count):
+            for m in range(p["M"]):
                 s = stable_seed(seed, dataset, qid, "within_chunk", m)
-                lists.append((pert, m, within_chunk(base, b, s, v["chunking"])))
+                out.append((pert, m, within_chunk(base, b, s, v["chunking"]), v["chunking"]))
         elif pert == "middle_injection":
             if grades is None:
                 continue
@@ -162,37 +157,28 @@ def _units_for_query(
                 continue
             index = {d: i for i, d in enumerate(doc_ids)}
             for m, order in enumerate(injected):
-                lists.append((pert, m, [index[d] for d in order]))
-    units = [_Unit(CANONICAL, 0, [base])]  # canonical: first-stage order, single pass
-    for pert, m, order in lists:
-        if k == 1:
-            units.append(_Unit(pert, m, [order]))
-        else:
-            # BSC: presentation m is served as K independent shuffles of its list.
-            members = [random_shuffle(order, stable_seed(seed, dataset, qid, "bsc", m, kk)) for kk in range(k)]
-            units.append(_Unit(pert, m, members))
-    return units
+                out.append((pert, m, [index[d] for d in order], v["chunking"]))
+    return out
 
 
 def _score_query(
     qid: str, group: pl.DataFrame, grades: Mapping[str, int] | None,
-    dataset: str, v: dict, p: dict, scorer: Any, calibrator: Any,
+    dataset: str, v: dict, p: dict, scorer: Any,
 ) -> pl.DataFrame:
+    """One query's rows: one single-pass readout per document per presentation."""
     group = group.sort("first_stage_rank")
     doc_ids = group["doc_id"].to_list()
     ranks = group["first_stage_rank"].to_list()
     query = group["query"][0]
     docs = [prepare_doc(t, p["max_doc_chars"]) for t in group["doc"].to_list()]
     n = len(doc_ids)
-    units = _units_for_query(qid, n, grades, doc_ids, dataset, v, p)
+    orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p)
 
-    # Every prompt of every member of every unit: (unit, member, prompt index, doc indices).
-    prompt_pos = chunk_positions(n, p["B"], v["chunking"])
-    layout: list[tuple[int, int, int, list[int]]] = []
-    for ui, unit in enumerate(units):
-        for mi, order in enumerate(unit.members):
-            for j, pos in enumerate(prompt_pos):
-                layout.append((ui, mi, j, [order[x] for x in pos]))
+    # Every prompt of every presentation: (presentation index, prompt, positions, doc indices).
+    layout: list[tuple[int, int, list[int], list[int]]] = []
+    for ui, (_, _, order, chunking) in enumerate(orders):
+        for j, pos in enumerate(chunk_positions(n, p["B"], chunking)):
+            layout.append((ui, j, pos, [order[x] for x in pos]))
 
     if getattr(scorer, "first_stage", False):
         readouts = [scorer.score_ranked([ranks[i] for i in idx], n) for *_, idx in layout]
@@ -201,52 +187,37 @@ def _score_query(
     if len(readouts) != len(layout):
         raise RuntimeError(f"scorer {scorer.name} returned {len(readouts)} prompts for {len(layout)}")
 
-    n_units = len(units)
-    kmax = max(len(u.members) for u in units)
-    score = np.full((n_units, kmax, n), np.nan)
-    probs = np.full((n_units, kmax, n, 4), np.nan)
-    where = np.full((n_units, 3, n), -1, dtype=np.int64)  # position, prompt, slot of member 0
+    n_units = len(orders)
+    score = np.full((n_units, n), np.nan)
+    probs = np.full((n_units, n, 4), np.nan)
+    where = np.full((n_units, 3, n), -1, dtype=np.int64)  # position, prompt, slot
     has_probs = True
-    for (ui, mi, j, idx), ro in zip(layout, readouts):
+    for (ui, j, pos, idx), ro in zip(layout, readouts):
         if len(ro) != len(idx):
             raise RuntimeError(f"scorer {scorer.name} returned {len(ro)} readouts for {len(idx)} documents")
-        raw = None
         if all(r.probs is not None for r in ro):
-            raw = np.asarray([r.probs for r in ro], dtype=np.float64)
-            probs[ui, mi, idx] = raw
+            probs[ui, idx] = np.asarray([r.probs for r in ro], dtype=np.float64)
         else:
             has_probs = False
-        if calibrator is not None:
-            if raw is None:
-                raise ValueError(f"CapCal needs grade probabilities; scorer {scorer.name} gave none")
-            score[ui, mi, idx] = calibrator.calibrated_scores(raw, np.arange(len(idx)))
-        else:
-            score[ui, mi, idx] = [r.score for r in ro]
-        if mi == 0:
-            for s, (d, pos) in enumerate(zip(idx, prompt_pos[j])):
-                where[ui, :, d] = (pos, j, s)
+        score[ui, idx] = [r.score for r in ro]
+        for s, (d, x) in enumerate(zip(idx, pos)):
+            where[ui, :, d] = (x, j, s)
 
     frames = []
-    for ui, unit in enumerate(units):
-        k = len(unit.members)
-        mean_score = score[ui, :k].mean(axis=0)
+    for ui, (pert, m, _, _) in enumerate(orders):
         cols: dict[str, Any] = {
             "query_id": [qid] * n,
             "doc_id": doc_ids,
-            "perturbation": [unit.perturbation] * n,
-            "presentation": np.full(n, unit.presentation, dtype=np.int32),
+            "perturbation": [pert] * n,
+            "presentation": np.full(n, m, dtype=np.int32),
             "position": where[ui, 0].astype(np.int32),
             "prompt": where[ui, 1].astype(np.int32),
             "slot": where[ui, 2].astype(np.int32),
-            "score": mean_score.astype(np.float64),
+            "score": score[ui].astype(np.float64),
         }
-        if has_probs:
-            mp = probs[ui, :k].mean(axis=0).astype(np.float32)
-            for g in range(4):
-                cols[f"p{g}"] = mp[:, g]
-        else:
-            for g in range(4):
-                cols[f"p{g}"] = pl.Series(f"p{g}", [None] * n, dtype=pl.Float32)
+        for g in range(4):
+            cols[f"p{g}"] = (probs[ui, :, g].astype(np.float32) if has_probs
+                             else pl.Series(f"p{g}", [None] * n, dtype=pl.Float32))
         frames.append(pl.DataFrame(cols))
     out = pl.concat(frames).select(_SCORE_COLS)
     if (out["position"] < 0).any() or out["score"].is_nan().any():
@@ -271,33 +242,30 @@ def score_dataset(
     out_path: str | os.PathLike,
     qrels: pl.DataFrame | None = None,
     scorer: Any = None,
-    capcal_prior_path: str | os.PathLike | None = None,
 ) -> None:
-    """Score the canonical order and every presentation of ``protocol["perturbations"]``.
+    """Score the first-stage order once and every presentation of ``protocol["perturbations"]``.
+
+    Rows: perturbation ``first_stage`` (presentation 0, the variant's chunking);
+    ``random_shuffle`` 0..M-1 (0..E*K-1 for a BSC variant: raw single-pass scores,
+    its ensembles are derived downstream by :mod:`presdep.views`); ``within_chunk``
+    0..M-1; ``middle_injection`` 0..2. Every row is one single-pass readout.
 
     Writes the ``scores`` contract to ``out_path`` (atomically), resuming from
     ``<out_path>.partial/`` when a previous run with the same inputs was killed.
     """
     v, p = resolve_variant(variant), resolve_protocol(protocol)
     _check_candidates(candidates)
+    if v["calibration"] != "none":
+        raise ValueError(
+            f"calibration {v['calibration']!r} does not score documents itself: it recalibrates another "
+            "variant's stored probabilities (presdep.scoring.capcal.calibrate_scores)"
+        )
+
     out_path = Path(out_path)
     if scorer is None:
         scorer = make_scorer(v, p)
     template_sha = getattr(scorer, "template_sha256", None)
     describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
-
-    calibrator = None
-    if v["calibration"] == "capcal":
-        if getattr(scorer, "first_stage", False):
-            raise ValueError("calibration 'capcal' needs a model scorer, not identity")
-        if capcal_prior_path is None:
-            raise ValueError("calibration 'capcal' needs capcal_prior_path (the cached content-free prior)")
-        from presdep.scoring.capcal import CapCal
-
-        calibrator = CapCal.from_file(
-            capcal_prior_path, B=p["B"], template_sha256=template_sha,
-            model=describe.get("model"), beta=float(v.get("capcal_beta", 1.0)),
-        )
 
     grades_by_q: dict[str, dict[str, int]] = {}
     if qrels is not None:
@@ -330,7 +298,6 @@ def score_dataset(
         "template_sha256": template_sha,
         "candidates_sha256": _sha256_frame(candidates.select(*CANDIDATE_COLUMNS).sort("query_id", "first_stage_rank")),
         "qrels_sha256": _sha256_frame(qrels.select("query_id", "doc_id", "relevance").sort("query_id", "doc_id")) if qrels is not None else None,
-        "capcal_prior_sha256": _file_sha256(capcal_prior_path) if calibrator is not None else None,
     }
     partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
 
@@ -343,7 +310,7 @@ def score_dataset(
             if qid in done:
                 continue
             grades = grades_by_q.get(qid) if "middle_injection" in p["perturbations"] else None
-            df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer, calibrator)
+            df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer)
             _write_ipc_atomic(df, partial / _partial_name(qid))
             bar.update(1)
 
@@ -353,14 +320,17 @@ def score_dataset(
         scores, out_path, "scores",
         params={"variant": v, "protocol": p},
         dataset=dataset,
-        perturbations=[CANONICAL, *p["perturbations"]],
+        perturbations=[FIRST_STAGE, *p["perturbations"]],
+        presentations={FIRST_STAGE: 1, **{x: (shuffle_count(v, p) if x == "random_shuffle" else p["M"] if x == "within_chunk"
+                                            else len(INJECTION_PLACES)) for x in p["perturbations"]}},
+        bsc_k=v["bsc_k"],
+        bsc_ensembles=v["bsc_ensembles"],  # E: used by the views only when bsc_k > 1
         template_sha256=template_sha,
         model=describe.get("model"),
         scorer=describe,
         middle_injection_skipped=skipped,
-        capcal_prior_sha256=fingerprint["capcal_prior_sha256"],
     )
     shutil.rmtree(partial)
 
 
-__all__ = ["score_dataset", "resolve_variant", "resolve_protocol", "CANONICAL"]
+__all__ = ["score_dataset", "resolve_variant", "resolve_protocol", "shuffle_count", "FIRST_STAGE"]

@@ -1,8 +1,8 @@
-"""The versioned grading prompt and the token-level answer skeleton.
+"""The versioned grading prompts and the token-level answer skeleton.
 
-The exact prompt text is part of the method: it lives in one package file
-(``presdep/templates/<name>.txt``) and its sha256 goes into every output's
-metadata. The skeleton ``[i] Grade: 0`` is built from token ids, so every read
+The exact prompt text is part of the method: each rubric (relevance, answer
+support, response quality) is one package file (``presdep/templates/<name>.yaml``)
+or a user's own file, and its sha256 goes into every output's metadata. The skeleton ``[i] Grade: 0`` is built from token ids, so every read
 position (the token just before a dummy grade) is exact by construction.
 """
 
@@ -12,11 +12,16 @@ import hashlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-DEFAULT_TEMPLATE = "grade_prompt_v1"
+import yaml
+
+DEFAULT_TEMPLATE = "relevance_v2"
 GRADES = ("0", "1", "2", "3")
 DUMMY_GRADE = "0"
+_RUBRIC_KEYS = ("name", "version", "default_instruction", "system", "query_label", "items_label",
+                "task", "grade_intro", "grades", "output_form")
 
 
 def prepare_doc(text: str, max_doc_chars: int | None) -> str:
@@ -27,26 +32,90 @@ def prepare_doc(text: str, max_doc_chars: int | None) -> str:
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    name: str
-    text: str
-    sha256: str
+    """A grading prompt: an optional system message and a user-message format string
+    with the fields {instruction}, {query}, {documents} and {n}."""
 
-    def render(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None) -> str:
+    name: str
+    user: str
+    sha256: str
+    system: str | None = None
+    default_instruction: str | None = None
+
+    def render(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None,
+               instruction: str | None = None) -> str:
         """The user message: instruction, query and the ``[i]``-tagged documents."""
         lines = []
         for i, d in enumerate(docs, start=1):
             body = prepare_doc(d, max_doc_chars)
             lines.append(f"[{i}] {body}" if body else f"[{i}]")
-        return self.text.format(query=prepare_doc(query, None), documents="\n".join(lines), n=len(docs))
+        instr = instruction if instruction is not None else self.default_instruction
+        return self.user.format(query=prepare_doc(query, None), documents="\n".join(lines), n=len(docs),
+                                instruction=prepare_doc(instr or "", None))
+
+    def messages(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None,
+                 instruction: str | None = None) -> list[dict]:
+        """Chat messages: the system message (when the template has one), then the user message."""
+        user = {"role": "user", "content": self.render(query, docs, max_doc_chars, instruction)}
+        return ([{"role": "system", "content": self.system}] if self.system else []) + [user]
+
+
+def _literal(text: str) -> str:
+    return " ".join(str(text).split()).replace("{", "{{").replace("}", "}}")
+
+
+def _rubric_user(spec: dict, where: str) -> str:
+    """The user-message format string of a rubric, in the order METHODS.md fixes."""
+    grades = spec["grades"]
+    if not isinstance(grades, dict) or sorted(int(g) for g in grades) != [0, 1, 2, 3]:
+        raise ValueError(f"{where}: 'grades' must describe exactly the grades 3, 2, 1 and 0; got {grades!r}")
+    text = {int(g): v for g, v in grades.items()}
+    output_form = _literal(spec["output_form"]).replace("{{n}}", "{n}")
+    return "\n".join([
+        "Instruction: {instruction}",
+        f"{_literal(spec['query_label'])}: {{query}}",
+        "",
+        f"{_literal(spec['items_label'])}:",
+        "{documents}",
+        "",
+        _literal(spec["task"]),
+        _literal(spec["grade_intro"]),
+        *(f"{g} = {_literal(text[g])}" for g in (3, 2, 1, 0)),
+        output_form,
+    ])
+
+
+def _parse(name: str, data: bytes, where: str) -> PromptTemplate:
+    sha = hashlib.sha256(data).hexdigest()
+    if where.endswith(".txt"):
+        # A plain user-message template (no system message, no instruction line).
+        return PromptTemplate(name=name, user=data.decode("utf-8"), sha256=sha)
+    spec = yaml.safe_load(data.decode("utf-8"))
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: a rubric template is a YAML mapping with keys {list(_RUBRIC_KEYS)}")
+    missing = [k for k in _RUBRIC_KEYS if k not in spec]
+    if missing:
+        raise ValueError(f"{where}: rubric template lacks key(s) {missing}; expected {list(_RUBRIC_KEYS)}")
+    return PromptTemplate(name=f"{spec['name']}_v{spec['version']}", user=_rubric_user(spec, where), sha256=sha,
+                          system=" ".join(str(spec["system"]).split()),
+                          default_instruction=" ".join(str(spec["default_instruction"]).split()))
 
 
 @lru_cache(maxsize=None)
 def load_template(name: str = DEFAULT_TEMPLATE) -> PromptTemplate:
-    try:
-        data = resources.files("presdep").joinpath("templates", f"{name}.txt").read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"prompt template {name!r} not found in presdep/templates/") from None
-    return PromptTemplate(name=name, text=data.decode("utf-8"), sha256=hashlib.sha256(data).hexdigest())
+    """A template shipped in ``presdep/templates/`` (by name, e.g. ``relevance_v2``) or a
+    user's own file (a path ending in .yaml, .yml or .txt)."""
+    if name.endswith((".yaml", ".yml", ".txt")):
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"prompt template file {name!r} not found")
+        return _parse(path.stem, path.read_bytes(), str(path))
+    folder = resources.files("presdep").joinpath("templates")
+    for ext in (".yaml", ".txt"):
+        f = folder.joinpath(name + ext)
+        if f.is_file():
+            return _parse(name, f.read_bytes(), name + ext)
+    raise FileNotFoundError(f"prompt template {name!r} not found in presdep/templates/ (give a name there or "
+                            "a path to a .yaml rubric)")
 
 
 class GradeTokenError(ValueError):
@@ -81,7 +150,7 @@ class PromptIds:
 
 
 class SkeletonBuilder:
-    """Builds ``chat(user message) + [1] Grade: 0\\n[2] Grade: 0 ...`` from token ids."""
+    """Builds ``chat(system, user message) + [1] Grade: 0\\n[2] Grade: 0 ...`` from token ids."""
 
     def __init__(
         self,
@@ -89,6 +158,7 @@ class SkeletonBuilder:
         template: PromptTemplate | None = None,
         max_doc_chars: int | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        instruction: str | None = None,
     ):
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
@@ -98,6 +168,8 @@ class SkeletonBuilder:
         self.tokenizer = tokenizer
         self.template = template or load_template()
         self.max_doc_chars = max_doc_chars
+        # None: the rubric's default instruction (the dataset's instruction overrides it).
+        self.instruction = instruction if instruction is not None else self.template.default_instruction
         # Qwen3-style templates read enable_thinking; others ignore unknown kwargs.
         self.chat_template_kwargs = {"enable_thinking": False, **dict(chat_template_kwargs or {})}
         self.grade_ids = grade_token_ids(tokenizer)
@@ -115,9 +187,8 @@ class SkeletonBuilder:
         return self._prefix_cache[i]
 
     def prompt_ids(self, query: str, docs: Sequence[str]) -> list[int]:
-        user = self.template.render(query, docs, self.max_doc_chars)
         text = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}],
+            self.template.messages(query, docs, self.max_doc_chars, self.instruction),
             tokenize=False,
             add_generation_prompt=True,
             **self.chat_template_kwargs,

@@ -2,22 +2,37 @@
 
 Any OpenAI-compatible chat-completions endpoint, through the official ``openai``
 client (base URL and model from the config; the API key ONLY from the environment
-variable the config names, never stored, logged or written). The prompt is the
-versioned grading template (:mod:`presdep.scoring.template`); the reply must hold
-exactly one line ``[i] Grade: g`` per document, i = 1..n once each, g in 0..3.
-A reply with a missing, extra, duplicated or out-of-range grade (or any other
-text) is retried, then recorded as a failure: grades are never filled in by
-presentation order.
+variable the config names, read when a request must actually be sent, never
+stored, logged or written). The prompt is the versioned grading template
+(:mod:`presdep.scoring.template`); the reply must hold exactly one line
+``[i] Grade: g`` per document, i = 1..n once each, g in 0..3. Grades are never
+filled in by presentation order.
 
-Robustness:
+What a request may end as, per distinct prompt:
 
-- every reply is cached on disk under a hash of (endpoint, request body, attempt)
-  and written atomically, so a re-run or a crash never pays twice;
-- 429, 408/409, 5xx, timeouts, connection errors and malformed bodies are retried
-  with exponential backoff and full jitter; a ``Retry-After`` header is honoured;
-  other 4xx fail at once;
-- requests run in a bounded thread pool; token counts, requests, cache hits,
-  retries and failures are summed in :attr:`HostedGrader.stats`.
+- a label (``GradeResult.kind == "ok"``);
+- a *parse* failure: every reply asked in this run was unreadable. A reply that
+  fails to parse is retried with a CHANGED request (attempt ``a >= 1`` appends a
+  stricter, numbered instruction, so it is not the identical temperature-0 call);
+  cached unreadable replies are walked for free, and each run pays at most
+  ``parse_retries + 1`` new attempts, so a re-run really retries only the failures;
+- a *transport* failure: an HTTP error status, an unreachable host, a reply past
+  the total deadline, with the status recorded. 429, 408/409, 5xx, timeouts,
+  connection errors and malformed bodies are retried with exponential backoff
+  and full jitter (``Retry-After`` honoured up to ``max_retry_after_s``; hitting
+  that ceiling is logged and counted); other 4xx fail at once, and 401/403/404
+  stop every later request to the endpoint (they concern the endpoint, not one prompt).
+
+:func:`failure_gate` turns the counts into the job's verdict: more than
+``max_transport_failure_share`` transport failures or ``max_parse_failure_share``
+parse failures and it raises :class:`HostedFailure` with the endpoint's status and
+the counts. Every message and log line goes through :func:`presdep.training.hosted_net.scrub`.
+
+Robustness: replies are cached on disk (:mod:`presdep.training.hosted_cache`, key
+from the normalised endpoint, request body and attempt; each entry verified
+against its request); one request in flight per distinct prompt; a total
+per-request deadline of ``timeout_s``; a bounded thread pool. Token counts,
+requests, cache hits, retries and failures are summed in :attr:`HostedGrader.stats`.
 
 ``provider: mock`` answers offline without a key (a deterministic lexical-overlap
 grader with a first-slot bias); everything it produces is labelled ``mock``.
@@ -25,7 +40,6 @@ grader with a first-slot bias); everything it produces is labelled ``mock``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -34,37 +48,38 @@ import random
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from presdep.schemas import write_text_atomic
 from presdep.scoring import GradeReadout
 from presdep.scoring.template import load_template, prepare_doc
+from presdep.training.hosted_cache import ReplyCache, request_key
+from presdep.training.hosted_net import (
+    HostedConfigError,
+    make_openai_client,
+    normalise_endpoint,
+    request_deadline,
+    scrub,
+)
 
 log = logging.getLogger(__name__)
 
-HOSTED_DEFAULTS: dict[str, Any] = {
-    "provider": "openai",  # openai | mock
-    "base_url": None,
-    "model": None,
-    "api_key_env": "OPENAI_API_KEY",
-    "template": "grade_prompt_v1",
-    "temperature": 0.0,
-    "max_tokens": None,
-    "concurrency": 4,
-    "max_retries": 6,  # transport retries per request
-    "parse_retries": 2,  # extra attempts after an unparseable reply
-    "base_delay_s": 1.0,
-    "max_delay_s": 60.0,
-    "timeout_s": 60.0,
-}
-_LINE = re.compile(r"^\s*\[(\d+)\]\s*Grade:\s*(-?\d+)\s*$")
+# Every setting the grader reads. Their defaults live in the workflow schema only
+# (presdep/config.schema.yaml, $defs.hosted_settings): the library takes them whole.
+HOSTED_REQUIRED = (
+    "provider", "api_key_env", "template", "temperature", "concurrency", "max_retries", "parse_retries",
+    "base_delay_s", "max_delay_s", "max_retry_after_s", "timeout_s", "max_parse_failure_share",
+    "max_transport_failure_share",
+)
+HOSTED_OPTIONAL = ("base_url", "model", "max_tokens")
 _SECRET_KEYS = ("api_key", "key", "token", "authorization")
+# Statuses that concern the endpoint (key, permission, path or model), not one prompt.
+ENDPOINT_STATUSES = (401, 403, 404)
+_LINE = re.compile(r"^\s*\[(\d+)\]\s*Grade:\s*(-?\d+)\s*$")
 
 
 class GradeParseError(ValueError):
@@ -72,28 +87,47 @@ class GradeParseError(ValueError):
 
 
 class HostedFailure(RuntimeError):
-    """A request that ended without a usable reply after its retries."""
+    """A request (or a job) that ended without usable replies; the message is scrubbed."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(scrub(message))
+        self.status = status
 
 
 def hosted_settings(spec: Mapping[str, Any]) -> dict:
-    s = {**HOSTED_DEFAULTS, **dict(spec)}
+    """The validated endpoint settings: every key of :data:`HOSTED_REQUIRED`, no secret, nothing unknown."""
+    s = dict(spec)
     leaked = [k for k in s if k.lower() in _SECRET_KEYS]
     if leaked:
         raise ValueError(
             f"hosted settings must not hold a secret ({leaked}); name the environment variable in 'api_key_env'"
         )
+    unknown = sorted(set(s) - set(HOSTED_REQUIRED) - set(HOSTED_OPTIONAL))
+    if unknown:
+        raise ValueError(f"hosted settings: unknown key(s) {unknown}; known: {sorted(HOSTED_REQUIRED + HOSTED_OPTIONAL)}")
+    missing = [k for k in HOSTED_REQUIRED if k not in s]
+    if missing:
+        raise ValueError(f"hosted settings lack {missing} (the workflow fills them from the config schema's defaults)")
+    for k in HOSTED_OPTIONAL:
+        s.setdefault(k, None)
     if s["provider"] not in ("openai", "mock"):
         raise ValueError(f"hosted provider {s['provider']!r} not in ('openai', 'mock')")
     if s["provider"] == "openai" and (not s["model"] or not s["base_url"]):
         raise ValueError("a hosted teacher/scorer needs 'base_url' and 'model'")
     if int(s["concurrency"]) < 1:
         raise ValueError("hosted concurrency must be >= 1")
+    for k in ("max_parse_failure_share", "max_transport_failure_share"):
+        if not 0.0 <= float(s[k]) <= 1.0:
+            raise ValueError(f"hosted {k} must be in [0, 1], got {s[k]!r}")
     return s
 
 
 def public_settings(spec: Mapping[str, Any]) -> dict:
     """Settings safe to write into metadata and logs (no secret can be here, see hosted_settings)."""
-    return {k: v for k, v in hosted_settings(spec).items() if k.lower() not in _SECRET_KEYS}
+    s = hosted_settings(spec)
+    if s["base_url"]:
+        s["base_url"] = scrub(s["base_url"])
+    return s
 
 
 def parse_grades(text: str | None, n: int) -> list[int]:
@@ -120,27 +154,10 @@ def parse_grades(text: str | None, n: int) -> list[int]:
     return [grades[i] for i in range(1, n + 1)]
 
 
-class ReplyCache:
-    """One JSON file per reply, named by the request hash; atomic writes."""
-
-    def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
-
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
-
-    def get(self, key: str) -> dict | None:
-        p = self._path(key)
-        if not p.exists():
-            return None
-        try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            log.warning("ignoring a corrupt cache entry %s", p.name)
-            return None
-
-    def put(self, key: str, entry: Mapping[str, Any]) -> None:
-        write_text_atomic(self._path(key), json.dumps(entry, sort_keys=True))
+def retry_note(attempt: int, n: int) -> str:
+    """The stricter instruction appended to attempt ``attempt >= 1`` of a prompt (changes the request)."""
+    return (f"\n\nRetry {attempt}: an earlier reply could not be read. Answer with exactly {n} lines, "
+            f"one per document from [1] to [{n}], each exactly \"[i] Grade: g\" with g in 0, 1, 2, 3, and no other text.")
 
 
 @dataclass
@@ -148,6 +165,8 @@ class GradeResult:
     grades: list[int] | None
     error: str | None = None
     attempts: int = 0
+    kind: str = "ok"  # ok | parse | transport
+    status: int | None = None  # HTTP status of a transport failure, when there was one
 
 
 @dataclass
@@ -155,6 +174,10 @@ class HostedStats:
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
+    parse_retry_requests: int = 0
+    shared_in_flight: int = 0
+    retry_after_capped: int = 0
+    cache_set_aside: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_tokens_paid: int = 0
@@ -163,10 +186,13 @@ class HostedStats:
     prompts: int = 0
     prompts_ok: int = 0
     failures: dict = field(default_factory=dict)
+    statuses: dict = field(default_factory=dict)  # HTTP status of failed prompts -> count
+    first_error: str | None = None
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         d["failures"] = dict(self.failures)
+        d["statuses"] = dict(self.statuses)
         d["prompts_failed"] = sum(self.failures.values())
         return d
 
@@ -194,21 +220,6 @@ class _MockCompletions:
         usage = SimpleNamespace(prompt_tokens=len(text.split()), completion_tokens=len(content.split()))
         msg = SimpleNamespace(content=content)
         return SimpleNamespace(choices=[SimpleNamespace(message=msg)], usage=usage, model=f"mock:{model}")
-
-
-def _make_client(s: Mapping[str, Any]):
-    if s["provider"] == "mock":
-        return SimpleNamespace(chat=SimpleNamespace(completions=_MockCompletions()))
-    try:
-        from openai import OpenAI
-    except ImportError as exc:  # pragma: no cover - the hosted extra is installed in the venv
-        raise ImportError("the hosted teacher/scorer needs the 'openai' package (pip install presdep[hosted])") from exc
-    env = s["api_key_env"]
-    key = os.environ.get(env)
-    if not key:
-        raise RuntimeError(f"hosted endpoint {s['base_url']}: the API key environment variable {env!r} is not set")
-    # The client's own retries are off: retries, backoff and Retry-After are handled here.
-    return OpenAI(base_url=s["base_url"], api_key=key, max_retries=0, timeout=float(s["timeout_s"]))
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -247,6 +258,18 @@ class _MalformedReply(ValueError):
     pass
 
 
+def _say(exc: BaseException | None) -> str:
+    """An exception as one scrubbed log/message fragment."""
+    if exc is None:
+        return ""
+    return scrub(f"{type(exc).__name__}: {exc}".replace("\n", " "))[:300]
+
+
+def _status(exc: BaseException | None) -> int | None:
+    code = getattr(exc, "status_code", None)
+    return int(code) if isinstance(code, int) else None
+
+
 # ----------------------------------------------------------------- grader
 
 
@@ -267,22 +290,41 @@ class HostedGrader:
         self.template = load_template(self.settings["template"])
         self.max_doc_chars = max_doc_chars
         self.cache = ReplyCache(cache_dir)
-        self.client = client if client is not None else _make_client(self.settings)
+        self.endpoint = "mock" if self.mock else normalise_endpoint(self.settings["base_url"])
+        self._client = client
         self.stats = HostedStats()
         self._lock = threading.Lock()
+        self._inflight: dict[str, Future] = {}
+        self._refused: str | None = None  # set after a 401/403/404: later prompts are not sent
+        self._refused_status: int | None = None
         self._sleep = sleep
         self._rng = random.Random()
         if self.mock:
             log.warning("hosted provider 'mock': offline stand-in grades, NOT a real model")
 
+    @property
+    def client(self):
+        """The client, made on first use: a fully cached run never needs the key."""
+        with self._lock:
+            if self._client is None:
+                if self.mock:
+                    self._client = SimpleNamespace(chat=SimpleNamespace(completions=_MockCompletions()))
+                else:
+                    self._client = make_openai_client(self.settings["base_url"], self.settings["api_key_env"],
+                                                      float(self.settings["timeout_s"]))
+            return self._client
+
     def describe(self) -> dict:
         d = public_settings(self.settings)
+        d["endpoint"] = scrub(self.endpoint)
         d["template_sha256"] = self.template.sha256
         d["mock"] = self.mock
         return d
 
-    def request_body(self, query: str, docs: Sequence[str]) -> dict:
+    def request_body(self, query: str, docs: Sequence[str], attempt: int = 0) -> dict:
         user = self.template.render(query, [prepare_doc(x, self.max_doc_chars) for x in docs], self.max_doc_chars)
+        if attempt:
+            user += retry_note(attempt, len(docs))
         body: dict[str, Any] = {
             "model": self.settings["model"] or "mock",
             "messages": [{"role": "user", "content": user}],
@@ -292,30 +334,44 @@ class HostedGrader:
             body["max_tokens"] = int(self.settings["max_tokens"])
         return body
 
-    def _key(self, body: Mapping[str, Any], attempt: int) -> str:
-        ident = {"endpoint": self.settings["base_url"] if not self.mock else "mock", "body": body, "attempt": attempt,
-                 "template": self.template.sha256}
-        return hashlib.sha256(json.dumps(ident, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
+    def _request(self, body: Mapping[str, Any], attempt: int) -> dict:
+        """The identity of one request: what its cache entry must answer."""
+        return {"endpoint": self.endpoint, "model": body["model"], "body": dict(body), "attempt": attempt,
+                "template": self.template.sha256}
 
     def _count(self, **inc: int) -> None:
         with self._lock:
             for k, v in inc.items():
                 setattr(self.stats, k, getattr(self.stats, k) + v)
 
-    def _fail(self, kind: str) -> None:
-        with self._lock:
-            self.stats.failures[kind] = self.stats.failures.get(kind, 0) + 1
+    def _wait(self, exc: BaseException, i: int) -> float:
+        """Seconds before retry ``i + 1``: full jitter, or the server's Retry-After up to its ceiling."""
+        s = self.settings
+        after = _retry_after(exc)
+        if after is None:
+            return self._rng.uniform(0.0, min(float(s["max_delay_s"]), float(s["base_delay_s"]) * (2**i)))
+        ceiling = float(s["max_retry_after_s"])
+        if after > ceiling:
+            self._count(retry_after_capped=1)
+            log.warning("hosted endpoint %s asked to wait %.1f s (Retry-After); waiting the ceiling "
+                        "max_retry_after_s = %.1f s instead", scrub(self.endpoint), after, ceiling)
+            after = ceiling
+        return after + self._rng.uniform(0.0, 0.1 * float(s["base_delay_s"]))
 
     def _call(self, body: Mapping[str, Any]) -> dict:
         """One reply, with transport retries; raises HostedFailure when they run out."""
         s = self.settings
+        client = self.client  # may raise HostedConfigError: a setup error, not a failed prompt
         last: BaseException | None = None
         for i in range(int(s["max_retries"]) + 1):
+            if self._refused is not None:
+                raise HostedFailure(f"not sent: {self._refused}", self._refused_status)
             if i:
                 self._count(retries=1)
             self._count(requests=1)
             try:
-                resp = self.client.chat.completions.create(**body)
+                with request_deadline(float(s["timeout_s"])):
+                    resp = client.chat.completions.create(**body)
                 try:
                     content = resp.choices[0].message.content
                 except (AttributeError, IndexError, TypeError) as exc:
@@ -326,66 +382,130 @@ class HostedGrader:
                     "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
                     "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
                     "model": getattr(resp, "model", None),
-                    "request": dict(body),
                 }
                 self._count(prompt_tokens_paid=entry["prompt_tokens"], completion_tokens_paid=entry["completion_tokens"])
                 return entry
             except Exception as exc:  # noqa: BLE001 - classified just below
+                code = _status(exc)
                 if not _retryable(exc):
-                    raise HostedFailure(f"non-retryable error {type(exc).__name__}: {_short(exc)}") from None
+                    msg = f"endpoint {self.endpoint} answered HTTP {code}: {_say(exc)}" if code else \
+                        f"endpoint {self.endpoint}: non-retryable {_say(exc)}"
+                    if code in ENDPOINT_STATUSES:
+                        with self._lock:
+                            if self._refused is None:
+                                self._refused, self._refused_status = msg, code
+                                log.error("%s; no further request is sent to this endpoint in this run", scrub(msg))
+                    raise HostedFailure(msg, code) from None
                 last = exc
                 if i == int(s["max_retries"]):
                     break
-                cap = min(float(s["max_delay_s"]), float(s["base_delay_s"]) * (2**i))
-                delay = self._rng.uniform(0.0, cap)  # full jitter
-                after = _retry_after(exc)
-                if after is not None:
-                    delay = min(float(s["max_delay_s"]), after) + self._rng.uniform(0.0, 0.1 * float(s["base_delay_s"]))
-                log.info("retrying after %s (%.2fs): %s", type(exc).__name__, delay, _short(exc))
+                delay = self._wait(exc, i)
+                log.info("retrying after %s (%.2fs)", _say(exc), delay)
                 self._sleep(delay)
-        raise HostedFailure(f"gave up after {int(s['max_retries']) + 1} attempts: {type(last).__name__}: {_short(last)}")
+        code = _status(last)
+        raise HostedFailure(f"endpoint {self.endpoint}: gave up after {int(s['max_retries']) + 1} attempts"
+                            + (f", last HTTP {code}" if code else "") + f": {_say(last)}", code)
 
-    def grade(self, query: str, docs: Sequence[str]) -> GradeResult:
-        body = self.request_body(query, docs)
+    def _grade_distinct(self, query: str, docs: Sequence[str]) -> GradeResult:
+        """Walk this prompt's attempts: cached ones for free, at most parse_retries + 1 paid ones."""
         n = len(docs)
-        self._count(prompts=1)
-        attempts = int(self.settings["parse_retries"]) + 1
-        err = None
-        for attempt in range(attempts):
-            key = self._key(body, attempt)
-            entry = self.cache.get(key)
+        budget = int(self.settings["parse_retries"]) + 1
+        paid, attempt, err = 0, 0, None
+        while True:
+            body = self.request_body(query, docs, attempt)
+            request = self._request(body, attempt)
+            key = request_key(request)
+            entry = self.cache.get(key, request)
             if entry is not None:
                 self._count(cache_hits=1)
             else:
+                if paid >= budget:
+                    break
                 try:
                     entry = self._call(body)
                 except HostedFailure as exc:
-                    self._fail("transport")
-                    return GradeResult(None, str(exc), attempt + 1)
+                    return GradeResult(None, str(exc), attempt + 1, "transport", exc.status)
+                paid += 1
+                if attempt:
+                    self._count(parse_retry_requests=1)
+                entry["request"] = request
                 self.cache.put(key, entry)
             self._count(prompt_tokens=entry["prompt_tokens"], completion_tokens=entry["completion_tokens"])
             try:
                 grades = parse_grades(entry["content"], n)
             except GradeParseError as exc:
                 self._count(parse_errors=1)
-                err = f"unparseable reply: {exc}"
+                err = f"unparseable reply (attempt {attempt}): {scrub(exc)}"
+                attempt += 1
                 continue
-            self._count(prompts_ok=1)
             return GradeResult(grades, None, attempt + 1)
-        self._fail("parse")
-        return GradeResult(None, err, attempts)
+        return GradeResult(None, err, attempt, "parse")
+
+    def grade(self, query: str, docs: Sequence[str]) -> GradeResult:
+        """One prompt's grades; a prompt already in flight in another thread is waited for, not re-sent."""
+        key = request_key(self._request(self.request_body(query, docs), 0))
+        with self._lock:
+            fut = self._inflight.get(key)
+            owner = fut is None
+            if owner:
+                fut = self._inflight[key] = Future()
+        if owner:
+            try:
+                fut.set_result(self._grade_distinct(query, docs))
+            except BaseException as exc:
+                fut.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._inflight.pop(key, None)
+        else:
+            self._count(shared_in_flight=1)
+        result = fut.result()
+        self._record(result)
+        return result
+
+    def _record(self, r: GradeResult) -> None:
+        with self._lock:
+            st = self.stats
+            st.prompts += 1
+            st.cache_set_aside = len(self.cache.set_aside)
+            if r.kind == "ok":
+                st.prompts_ok += 1
+                return
+            st.failures[r.kind] = st.failures.get(r.kind, 0) + 1
+            if r.status is not None:
+                st.statuses[str(r.status)] = st.statuses.get(str(r.status), 0) + 1
+            if st.first_error is None:
+                st.first_error = r.error
 
     def grade_many(self, prompts: Sequence[tuple[str, Sequence[str]]], desc: str = "hosted") -> list[GradeResult]:
         with ThreadPoolExecutor(max_workers=int(self.settings["concurrency"])) as pool:
             futures = [pool.submit(self.grade, q, d) for q, d in prompts]
-            out = []
-            for f in tqdm(futures, desc=desc, unit="prompt"):
-                out.append(f.result())
-        return out
+            return [f.result() for f in tqdm(futures, desc=desc, unit="prompt")]
 
 
-def _short(exc: BaseException | None) -> str:
-    return str(exc).replace("\n", " ")[:200] if exc is not None else ""
+def failure_gate(stats: Mapping[str, Any], settings: Mapping[str, Any], what: str) -> None:
+    """Raise :class:`HostedFailure` when more prompts ended without a label than the settings allow.
+
+    ``stats`` is :meth:`HostedStats.as_dict`; the message names the endpoint's
+    statuses, the counts and the allowed shares.
+    """
+    total = int(stats["prompts"])
+    transport = int(stats["failures"].get("transport", 0))
+    parse = int(stats["failures"].get("parse", 0))
+    t_share, p_share = float(settings["max_transport_failure_share"]), float(settings["max_parse_failure_share"])
+    over = []
+    if transport > t_share * total:
+        over.append(f"{transport} transport/authentication failure(s) (allowed: {t_share:g} of the prompts)")
+    if parse > p_share * total:
+        over.append(f"{parse} unreadable repl(ies) after their retries (allowed: {p_share:g} of the prompts)")
+    if not over:
+        return
+    statuses = ", ".join(f"HTTP {k} x{v}" for k, v in sorted(stats["statuses"].items())) or "no HTTP status"
+    raise HostedFailure(
+        f"{what}: {transport + parse} of {total} prompts ended without a label: " + "; ".join(over)
+        + f". Endpoint status: {statuses}; first error: {stats.get('first_error')}. "
+        "Paid replies are cached: fix the cause and re-run to retry only the failures."
+    )
 
 
 # ----------------------------------------------------------------- scorer
@@ -397,8 +517,8 @@ class HostedScorer:
     Scores are the integer grades (no probabilities). Ties are frequent: the
     metrics break them by doc id, independently of the presented order; tau-PSI
     is not reported for this row (``describe()["tau_psi"]``). A prompt that ends
-    as a failure stops the job with an error (never filled in); the reply cache
-    keeps what was paid, so a re-run only asks again for the failures.
+    as a failure of any kind stops the job with an error (a score is never filled
+    in); the reply cache keeps what was paid, so a re-run only asks again for the failures.
     """
 
     name = "hosted"
@@ -423,11 +543,14 @@ class HostedScorer:
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         results = self.grader.grade_many(prompts, desc="hosted score")
-        bad = [i for i, r in enumerate(results) if r.grades is None]
+        bad = [r for r in results if r.grades is None]
         if bad:
+            kinds = {k: sum(r.kind == k for r in bad) for k in ("transport", "parse")}
+            statuses = sorted({r.status for r in bad if r.status is not None})
             raise HostedFailure(
-                f"{len(bad)} of {len(results)} hosted prompts failed (first: {results[bad[0]].error}); "
-                "paid replies are cached, re-run to retry only the failures"
+                f"hosted scorer: {len(bad)} of {len(results)} prompts failed ({kinds['transport']} transport, "
+                f"{kinds['parse']} parse; HTTP {statuses or 'none'}; first: {bad[0].error}). "
+                "Paid replies are cached: re-run to retry only the failures"
             )
         return [[GradeReadout(float(g), None) for g in r.grades] for r in results]
 
@@ -442,6 +565,7 @@ def make_hosted(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> Host
 
 
 __all__ = [
-    "HOSTED_DEFAULTS", "GradeParseError", "HostedFailure", "hosted_settings", "public_settings", "parse_grades",
-    "ReplyCache", "GradeResult", "HostedGrader", "HostedScorer", "make_hosted",
+    "HOSTED_REQUIRED", "HOSTED_OPTIONAL", "GradeParseError", "HostedFailure", "HostedConfigError", "hosted_settings",
+    "public_settings", "parse_grades", "retry_note", "failure_gate", "GradeResult", "HostedStats", "HostedGrader",
+    "HostedScorer", "make_hosted",
 ]

@@ -6,12 +6,12 @@ Layout of one run (``out_dir`` = ``results/models/<student>/seed<seed>/``)::
     checkpoints/step000010/trainer.pt    optimizer + RNG state + step (latest checkpoint only)
     checkpoints/step000010/log.json      train-log rows up to that step
     adapter/                             the final adapter
-    train_log.parquet                    step, loss terms, lr, tokens, held-out nDCG@10 (at eval steps)
+    train_log.parquet                    step, loss terms, lr, tokens, held-out nDCG@10 and score spread (eval steps)
     heldout.parquet                      step, query_id, ndcg10 (per query, at eval steps)
-    done.json                            settings, figures, checkpoint list; written last
+    done.json                            settings, view seeds, held-out figures, checkpoints; written last
 
-Everything a step does derives from (seed, step): the chunk order of an epoch
-is a stable shuffle, the views are stable shuffles, dropout draws from the torch
+Everything a step does derives from (seed, step): the item order of an epoch
+is a stable shuffle, the views are stable shuffles of the seed's view seeds, dropout draws from the torch
 RNG whose state is checkpointed. So a run killed at any point and resumed from
 its last checkpoint ends with the same adapter as an uninterrupted run (on the
 same device and software).
@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -41,46 +41,41 @@ from presdep.resume import resume_dir
 from presdep.schemas import write_text_atomic
 from presdep.training.lora import add_lora, adapter_state, load_adapter_state, save_adapter
 from presdep.training.objectives import (
-    build_chunks,
+    VIEW_SEED_RULE,
+    Objective,
+    QueryList,
+    TrainItem,
+    build_queries,
     make_objective,
     slot_propensity_weights,
+    view_seeds_for,
 )
 from presdep.training.readout_grad import GradReadout, ReadoutScorer
 
 log = logging.getLogger(__name__)
 
-STUDENT_DEFAULTS: dict[str, Any] = {
-    "objective": None,
-    "lambda": 0.0,
-    "lambda_warmup_steps": 0,
-    "n_views": 1,
-    "steps": 20,
-    "batch_chunks": 2,
-    "lr": 2e-4,
-    "lr_warmup_steps": 0,
-    "weight_decay": 0.0,
-    "max_grad_norm": 1.0,
-    "checkpoint_every": 10,
-    "eval_every": None,  # None: at every checkpoint
-    "eval_batch_prompts": 8,
-    "lora": {},
-    "device": "auto",
-    "dtype": "auto",
-    "gradient_checkpointing": "auto",  # on for CUDA
-    "debias_eps": 1e-3,
-}
+# Every setting the loop reads; their defaults live in the workflow's config schema only.
+STUDENT_KEYS = ("objective", "lambda", "lambda_warmup_steps", "n_views", "view_seed_base", "steps", "batch_chunks",
+                "lr", "lr_warmup_ratio", "weight_decay", "betas", "max_grad_norm", "checkpoint_every",
+                "eval_batch_prompts", "debias_eps", "lora", "device", "dtype", "gradient_checkpointing")
 LOG_COLUMNS = ("step", "epoch", "loss", "supervised", "consistency", "lambda", "lr", "grad_norm", "tokens",
-               "seconds", "heldout_ndcg10")
+               "seconds", "heldout_ndcg10", "heldout_score_std")
 
 
 def student_settings(spec: Mapping[str, Any]) -> dict:
-    s = {**STUDENT_DEFAULTS, **copy.deepcopy(dict(spec))}
-    if s["objective"] is None:
-        raise ValueError("student settings lack 'objective'")
-    for key in ("steps", "batch_chunks", "checkpoint_every"):
+    """The student settings, checked: every key of STUDENT_KEYS present (``eval_every`` optional)."""
+    s = copy.deepcopy(dict(spec))
+    missing = [k for k in STUDENT_KEYS if k not in s]
+    if missing:
+        raise ValueError(f"student settings lack {missing} (the config schema gives their defaults)")
+    for key in ("steps", "batch_chunks", "checkpoint_every", "n_views"):
         if not isinstance(s[key], int) or s[key] < 1:
             raise ValueError(f"student {key} must be a positive integer, got {s[key]!r}")
-    if s["eval_every"] is None:
+    if not 0.0 <= float(s["lr_warmup_ratio"]) <= 1.0:
+        raise ValueError(f"student lr_warmup_ratio must be in [0, 1], got {s['lr_warmup_ratio']!r}")
+    if len(s["betas"]) != 2 or not all(0.0 <= float(b) < 1.0 for b in s["betas"]):
+        raise ValueError(f"student betas must be two numbers in [0, 1), got {s['betas']!r}")
+    if s.get("eval_every") is None:
         s["eval_every"] = s["checkpoint_every"]
     if s["eval_every"] % s["checkpoint_every"]:
         raise ValueError("student eval_every must be a multiple of checkpoint_every (evaluated adapters are kept)")
@@ -91,40 +86,43 @@ def student_settings(spec: Mapping[str, Any]) -> dict:
 
 
 def silver_label_maps(silver: pl.DataFrame) -> tuple[dict, dict]:
-    """(single-order labels, order-averaged labels) keyed by (query_id, doc_id).
-
-    The single-order label is the teacher's score under presentation 0 (the
-    first-stage order); the order-averaged label is the ``label`` column (the mean
-    over the T shuffles). Missing or failed values are None.
-    """
-    single: dict[tuple[str, str], float | None] = {}
-    mean: dict[tuple[str, str], float | None] = {}
-    for q, d, pres, score, label in silver.select("query_id", "doc_id", "presentation", "score", "label").iter_rows():
+    """(k1 labels, k10 labels) keyed by (query_id, doc_id): the silver table's ``label_k1``
+    (the teacher's score under shuffle 0) and ``label`` (the mean over its T shuffles)
+    columns, repeated on a document's rows. Missing or failed values are None."""
+    for col in ("label_k1", "label"):
+        if col not in silver.columns:
+            raise ValueError(f"silver labels lack the column {col!r}; have {silver.columns}")
+    k1: dict[tuple[str, str], float | None] = {}
+    k10: dict[tuple[str, str], float | None] = {}
+    for q, d, a, m in silver.select("query_id", "doc_id", "label_k1", "label").unique(
+            ["query_id", "doc_id"], keep="first", maintain_order=True).iter_rows():
         key = (str(q), str(d))
-        if pres == 0:
-            single[key] = None if score is None or math.isnan(score) else float(score)
-        if label is not None and not math.isnan(label):
-            mean[key] = float(label)
-    return single, mean
+        k1[key] = None if a is None or math.isnan(a) else float(a)
+        k10[key] = None if m is None or math.isnan(m) else float(m)
+    return k1, k10
 
 
 def epoch_order(seed: int, epoch: int, n_chunks: int) -> list[int]:
     return random_shuffle(list(range(n_chunks)), stable_seed(int(seed), "epoch", int(epoch)))
 
 
-def batch_for_step(seed: int, step: int, batch_chunks: int, n_chunks: int) -> list[tuple[int, int]]:
-    """(epoch, chunk index) pairs of 0-based ``step``: a stream of epoch permutations."""
+def batch_for_step(seed: int, step: int, batch_chunks: int, n_items: int) -> list[tuple[int, int]]:
+    """(epoch, item index) pairs of 0-based ``step``: a stream of epoch permutations."""
     out = []
     for k in range(step * batch_chunks, (step + 1) * batch_chunks):
-        epoch, i = divmod(k, n_chunks)
-        out.append((epoch, epoch_order(seed, epoch, n_chunks)[i]))
+        epoch, i = divmod(k, n_items)
+        out.append((epoch, epoch_order(seed, epoch, n_items)[i]))
     return out
 
 
-def heldout_ndcg(
+def heldout_eval(
     scorer: Any, candidates: pl.DataFrame, qrels: pl.DataFrame, B: int, k: int = 10
-) -> dict[str, float]:
-    """Per-query nDCG@k of the canonical presentation (first-stage order, contiguous chunks)."""
+) -> tuple[dict[str, float], float]:
+    """(per-query nDCG@k, standard deviation of all scores) of the first-stage pass (contiguous chunks).
+
+    The score spread is what the lambda rule's collapse floor reads: a student that
+    gives every document nearly the same score is trivially order-stable.
+    """
     from presdep.metrics.quality import ndcg_runs, qrels_to_dict
 
     layout, prompts = [], []
@@ -137,7 +135,8 @@ def heldout_ndcg(
     runs: dict[str, dict[str, float]] = {}
     for (qid, ids), ro in zip(layout, readouts):
         runs.setdefault(qid, {}).update({d: r.score for d, r in zip(ids, ro)})
-    return ndcg_runs(runs, qrels_to_dict(qrels), k)
+    spread = float(np.std([v for r in runs.values() for v in r.values()]))
+    return ndcg_runs(runs, qrels_to_dict(qrels), k), spread
 
 
 # ----------------------------------------------------------------- checkpoints
@@ -206,8 +205,31 @@ def _fingerprint(s, B, seed, max_doc_chars, *frames) -> str:
     return json.dumps(ident, sort_keys=True, default=str)
 
 
+def lr_warmup_steps(steps: int, ratio: float) -> int:
+    """Warm-up length from the ratio (ceil, so any positive ratio warms up at least one step)."""
+    return int(math.ceil(float(ratio) * int(steps)))
+
+
 def _lr_at(step: int, lr: float, warmup: int) -> float:
     return lr * min(1.0, (step + 1) / warmup) if warmup > 0 else lr
+
+
+def build_objective(s: Mapping[str, Any], *, B: int, seed: int, queries: Sequence[QueryList],
+                    train_qrels: pl.DataFrame | None) -> tuple[Objective, list[int]]:
+    """The objective of settings ``s`` for training seed ``seed`` and its view seeds."""
+    view_seeds = view_seeds_for(int(seed), int(s["n_views"]), int(s["view_seed_base"]))
+    slot_w = None
+    if s["objective"] == "debias_first":
+        if train_qrels is None:
+            raise ValueError("debias_first needs the training split's qrels (slot propensities)")
+        rel = {(str(q), str(d)) for q, d, r in train_qrels.select("query_id", "doc_id", "relevance").iter_rows()
+               if r is not None and r >= 1}
+        flags = [[(q.query_id, q.doc_ids[i]) in rel for i in pos]
+                 for q in queries for pos in chunk_positions(len(q), B, "contiguous")]
+        slot_w = slot_propensity_weights(flags, B, float(s["debias_eps"]))
+    obj = make_objective(s["objective"], B=B, view_seeds=view_seeds, lam=float(s["lambda"]),
+                         lambda_warmup_steps=int(s["lambda_warmup_steps"]), slot_weights=slot_w)
+    return obj, view_seeds
 
 
 # ----------------------------------------------------------------- training
@@ -229,33 +251,38 @@ def train_student(
     heldout_qrels: pl.DataFrame | None = None,
     provenance: Mapping[str, Any] | None = None,
     on_step: Callable[[int], None] | None = None,
+    objective: Objective | None = None,
 ) -> dict:
     """Train LoRA adapters on ``model`` (moved to the device already) and write ``out_dir``.
 
     Resumes from the newest checkpoint under ``out_dir`` if there is one. Returns
     the contents of ``done.json``. ``on_step(step)`` is called after each step
-    (and its checkpoint) completes.
+    (and its checkpoint) completes. ``objective`` replaces the one the settings name
+    (an extension point: the settings still key the checkpoints).
     """
     s = student_settings(student)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device
 
-    single, mean = silver_label_maps(silver)
-    chunks = build_chunks(train_candidates.to_dicts(), single, mean, B)
-    if not chunks:
-        raise ValueError("no training chunks: the training candidates are empty")
-    slot_w = None
-    if s["objective"] == "debias_first":
-        if train_qrels is None:
-            raise ValueError("debias_first needs the training split's qrels (slot propensities)")
-        rel = {(str(q), str(d)) for q, d, r in train_qrels.select("query_id", "doc_id", "relevance").iter_rows() if r >= 1}
-        flags = [[(c.query_id, d) in rel for d in c.doc_ids] for c in chunks]
-        slot_w = slot_propensity_weights(flags, B, float(s["debias_eps"]))
-    objective = make_objective(s, slot_w)
-    n_labelled = sum(1 for c in chunks for x in objective.labels(c)[1].tolist() if x)
+    k1, k10 = silver_label_maps(silver)
+    queries = build_queries(train_candidates.to_dicts(), k1, k10)
+    if not queries:
+        raise ValueError("no training queries: the training candidates are empty")
+    built_obj, view_seeds = build_objective(s, B=B, seed=seed, queries=queries, train_qrels=train_qrels)
+    objective = objective or built_obj
+    n_labelled = sum(int(objective.labels(q)[1].sum()) for q in queries)
     if n_labelled == 0:
         raise ValueError(f"no training document carries a {objective.label!r} silver label")
+    epoch_items: dict[int, list[TrainItem]] = {}
+
+    def items_of(epoch: int) -> list[TrainItem]:
+        if epoch not in epoch_items:
+            epoch_items.clear()  # one epoch at a time: a step spans at most two
+            epoch_items[epoch] = objective.items(queries, epoch)
+        return epoch_items[epoch]
+
+    n_items = len(items_of(0))
 
     if s["gradient_checkpointing"] is True or (s["gradient_checkpointing"] == "auto" and device.type == "cuda"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -263,13 +290,15 @@ def train_student(
     peft_model = add_lora(model, s["lora"], seed)
     readout = GradReadout(peft_model, tokenizer, max_doc_chars=max_doc_chars)
     params = [p for p in peft_model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=float(s["lr"]), weight_decay=float(s["weight_decay"]))
+    optimizer = torch.optim.AdamW(params, lr=float(s["lr"]), weight_decay=float(s["weight_decay"]),
+                                  betas=(float(s["betas"][0]), float(s["betas"][1])))
+    warmup = lr_warmup_steps(s["steps"], s["lr_warmup_ratio"])
 
     rows: list[dict] = []
     heldout_rows: list[dict] = []
     start = 0
-    fingerprint = _fingerprint(s, B, seed, max_doc_chars, silver, train_candidates, train_qrels,
-                               heldout_candidates, heldout_qrels)
+    fingerprint = _fingerprint({**s, "objective_spec": objective.describe()}, B, seed, max_doc_chars, silver,
+                               train_candidates, train_qrels, heldout_candidates, heldout_qrels)
     resume_dir(out_dir / "checkpoints", fingerprint)
     ckpt = latest_checkpoint(out_dir)
     if ckpt is not None:
@@ -294,18 +323,23 @@ def train_student(
         for step in range(start, s["steps"]):
             t0 = time.perf_counter()
             for g in optimizer.param_groups:
-                g["lr"] = _lr_at(step, float(s["lr"]), int(s["lr_warmup_steps"]))
-            picks = batch_for_step(seed, step, s["batch_chunks"], len(chunks))
-            batch = [chunks[i] for _, i in picks]
-            views = [objective.views(c, e, seed) for (e, _), c in zip(picks, batch)]
-            prompts = [(c.query, [c.docs[i] for i in order]) for c, cv in zip(batch, views) for order in cv]
+                g["lr"] = _lr_at(step, float(s["lr"]), warmup)
+            picks = batch_for_step(seed, step, s["batch_chunks"], n_items)
+            batch = []
+            for e, i in picks:
+                its = items_of(e)
+                if len(its) != n_items:
+                    raise RuntimeError(f"epoch {e} has {len(its)} training items, epoch 0 had {n_items}")
+                batch.append(its[i])
+            prompts = [(queries[it.query].query, [queries[it.query].docs[i] for i in view])
+                       for it in batch for view in it.views]
             built = readout.build(prompts)
             flat = readout.expected_from_built(built)
             scores, k = [], 0
-            for cv in views:
-                scores.append(flat[k : k + len(cv)])
-                k += len(cv)
-            loss, parts = objective.loss(batch, views, scores, step)
+            for it in batch:
+                scores.append(flat[k : k + len(it.views)])
+                k += len(it.views)
+            loss, parts = objective.loss(queries, batch, scores, step)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(params, float(s["max_grad_norm"]))
@@ -315,11 +349,13 @@ def train_student(
                 "step": done_steps, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
                 "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
                 "lr": optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
-                "tokens": sum(len(b.ids) for b in built), "seconds": time.perf_counter() - t0, "heldout_ndcg10": None,
+                "tokens": sum(len(b.ids) for b in built), "seconds": time.perf_counter() - t0,
+                "heldout_ndcg10": None, "heldout_score_std": None,
             }
             if do_eval and (done_steps % s["eval_every"] == 0 or done_steps == s["steps"]):
-                per_q = heldout_ndcg(eval_scorer, heldout_candidates, heldout_qrels, B)
+                per_q, spread = heldout_eval(eval_scorer, heldout_candidates, heldout_qrels, B)
                 row["heldout_ndcg10"] = float(np.mean(list(per_q.values()))) if per_q else None
+                row["heldout_score_std"] = spread
                 heldout_rows += [{"step": done_steps, "query_id": q, "ndcg10": v} for q, v in sorted(per_q.items())]
                 peft_model.train()
             rows.append(row)
@@ -341,8 +377,11 @@ def train_student(
         if final_tmp.exists():
             shutil.rmtree(final_tmp, ignore_errors=True)
     schema = {c: (pl.Int64 if c in ("step", "epoch", "tokens") else pl.Float64) for c in LOG_COLUMNS}
-    log_df = pl.DataFrame(rows, schema=schema)
-    _write_parquet_atomic(log_df, out_dir / "train_log.parquet")
+    log_df = pl.DataFrame([{c: r.get(c) for c in LOG_COLUMNS} for r in rows], schema=schema)
+    # The log carries its run's view seeds, so a log read alone says which views trained it.
+    log_meta = {"seed": str(int(seed)), "view_seeds": json.dumps(view_seeds), "objective": s["objective"],
+                "view_seed_rule": f"{VIEW_SEED_RULE} (N = {s['n_views']}, base = {s['view_seed_base']})"}
+    _write_parquet_atomic(log_df, out_dir / "train_log.parquet", log_meta)
     _write_parquet_atomic(
         pl.DataFrame(heldout_rows, schema={"step": pl.Int64, "query_id": pl.String, "ndcg10": pl.Float64}),
         out_dir / "heldout.parquet",
@@ -352,14 +391,18 @@ def train_student(
     done = {
         "presdep_version": __version__,
         "seed": int(seed),
+        "view_seeds": view_seeds,
+        "view_seed_rule": log_meta["view_seed_rule"],
         "student": {k: v for k, v in s.items()},
         "objective": objective.describe(),
         "B": int(B),
         "max_doc_chars": max_doc_chars,
         "template_sha256": readout.template_sha256,
-        "n_chunks": len(chunks),
+        "n_queries": len(queries),
+        "items_per_epoch": n_items,
         "n_labelled_docs": n_labelled,
         "steps": s["steps"],
+        "lr_warmup_steps": warmup,
         "resumed_from_step": start if ckpt is not None else None,
         "checkpoints": checkpoints,
         "adapter": "adapter",
@@ -367,17 +410,19 @@ def train_student(
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "wall_seconds_this_run": wall,
         "seconds_per_step": float(np.mean(timed)) if timed else None,
-        "heldout": {str(r["step"]): r["heldout_ndcg10"] for r in rows if r["heldout_ndcg10"] is not None},
+        "heldout": {str(r["step"]): r["heldout_ndcg10"] for r in rows if r.get("heldout_ndcg10") is not None},
+        "heldout_score_std": {str(r["step"]): r["heldout_score_std"] for r in rows
+                              if r.get("heldout_score_std") is not None},
         "provenance": dict(provenance or {}),
     }
     write_text_atomic(out_dir / "done.json", json.dumps(done, indent=1, sort_keys=True, default=str) + "\n")
     return done
 
 
-def _write_parquet_atomic(df: pl.DataFrame, path: Path) -> None:
+def _write_parquet_atomic(df: pl.DataFrame, path: Path, metadata: Mapping[str, str] | None = None) -> None:
     from presdep.schemas import atomic_write
 
-    atomic_write(path, df.write_parquet)
+    atomic_write(path, lambda tmp: df.write_parquet(tmp, metadata=dict(metadata) if metadata else None))
 
 
 def train_student_files(
@@ -419,6 +464,6 @@ def train_student_files(
 
 
 __all__ = [
-    "STUDENT_DEFAULTS", "student_settings", "silver_label_maps", "batch_for_step", "epoch_order",
-    "heldout_ndcg", "latest_checkpoint", "train_student", "train_student_files",
+    "STUDENT_KEYS", "student_settings", "silver_label_maps", "batch_for_step", "epoch_order", "heldout_eval",
+    "lr_warmup_steps", "build_objective", "latest_checkpoint", "train_student", "train_student_files",
 ]

@@ -11,19 +11,15 @@ from typing import Any, Mapping
 
 import torch
 
-LORA_DEFAULTS: dict[str, Any] = {
-    "r": 8,
-    "alpha": 16,
-    "dropout": 0.05,
-    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-}
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")  # defaults: the config schema's student.lora
 
 
 def lora_settings(spec: Mapping[str, Any] | None) -> dict:
-    out = {**LORA_DEFAULTS, **dict(spec or {})}
-    unknown = set(out) - set(LORA_DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown LoRA setting(s) {sorted(unknown)}; known: {sorted(LORA_DEFAULTS)}")
+    out = dict(spec or {})
+    missing = [k for k in LORA_KEYS if k not in out]
+    unknown = sorted(set(out) - set(LORA_KEYS))
+    if missing or unknown:
+        raise ValueError(f"LoRA settings: missing {missing}, unknown {unknown}; expected exactly {list(LORA_KEYS)}")
     if int(out["r"]) < 1 or not 0.0 <= float(out["dropout"]) < 1.0:
         raise ValueError(f"LoRA needs r >= 1 and 0 <= dropout < 1: {out}")
     out["target_modules"] = list(out["target_modules"])
@@ -100,6 +96,6 @@ def tiny_causal_lm(tokenizer: Any, seed: int = 0, *, layers: int = 2, hidden: in
 
 
 __all__ = [
-    "LORA_DEFAULTS", "lora_settings", "add_lora", "adapter_state", "load_adapter_state",
+    "LORA_KEYS", "lora_settings", "add_lora", "adapter_state", "load_adapter_state",
     "save_adapter", "load_adapter", "tiny_causal_lm",
 ]

@@ -1,15 +1,24 @@
-"""Silver labels: teacher scores of the training queries under several presentations.
+"""Silver labels: teacher scores of the training queries under T shuffled presentations.
 
-Presentation 0 is the first-stage order (its score is the *single-order* label);
-presentations 1..T are Fisher-Yates shuffles of the query's whole candidate list,
-seeded by ``stable_seed(seed, dataset, query_id, "teacher", t)`` (disjoint from the
-evaluation shuffles). Every presented list is cut into contiguous prompts of B.
-The ``label`` column is the *order-averaged* label: the mean of a document's
-scores over presentations 1..T that did not fail (null when all failed), repeated
-on each of its rows.
+METHODS.md v2, "Training": the teacher reads each training query under T shuffles
+(t = 0..T-1); shuffle t is a Fisher-Yates permutation of the query's whole
+candidate list seeded by ``stable_seed(seed, dataset, query_id, "teacher", t)``
+(the evaluation shuffles' stable seeding, tagged ``"teacher"`` so the teacher's
+presentations are disjoint from the evaluation presentations), cut into
+contiguous prompts of B. The ``silver`` table holds one row per (query, doc,
+shuffle) with the teacher's ``score`` and two labels, repeated on each of a
+document's rows:
 
-Teachers: ``open_weight`` (the expected-grade readout of a model) or ``hosted``
-(integer grades from a chat endpoint, :mod:`presdep.training.hosted`).
+- ``label_k1``: the score under shuffle 0 (the k1 label of single-order,
+  permutation augmentation, DebiasFirst and OC-SFT); null when that prompt failed;
+- ``label``: the mean of the document's non-null scores over the T shuffles
+  (the k10 label of order-averaged training when T = 10); null when all failed.
+
+Teachers: ``open_weight`` (the expected-grade readout of a model, through the
+scoring package's ``transformers`` scorer) or ``hosted`` (integer grades from a
+chat endpoint, :mod:`presdep.training.hosted`). A hosted job whose failures exceed
+the configured shares raises before anything is written (:func:`failure_gate`);
+the parse failures it tolerates are counted in the output metadata.
 """
 
 from __future__ import annotations
@@ -33,9 +42,9 @@ PromptScorer = Callable[[Sequence[tuple[str, Sequence[str]]]], list[list[float] 
 
 
 def teacher_orders(n: int, *, seed: int, dataset: str, query_id: str, T: int) -> list[list[int]]:
-    """Presentation 0 = first-stage order; 1..T = stable shuffles (indices into first-stage order)."""
+    """Shuffles 0..T-1 of a query (indices into the first-stage order)."""
     base = list(range(n))
-    return [base] + [random_shuffle(base, stable_seed(int(seed), dataset, str(query_id), "teacher", t)) for t in range(1, T + 1)]
+    return [random_shuffle(base, stable_seed(int(seed), dataset, str(query_id), "teacher", t)) for t in range(T)]
 
 
 def silver_labels(
@@ -50,7 +59,7 @@ def silver_labels(
     max_doc_chars: int | None,
     batch_prompts: int = 64,
 ) -> pl.DataFrame:
-    """The ``silver`` table (query_id, doc_id, teacher, presentation, score, label)."""
+    """The ``silver`` table (query_id, doc_id, teacher, presentation, score, label_k1, label)."""
     if T < 1:
         raise ValueError(f"T must be >= 1, got {T}")
     layout: list[tuple[str, int, list[str]]] = []
@@ -82,15 +91,14 @@ def silver_labels(
             rows["presentation"].append(t)
             rows["score"].append(None if res is None else float(res[k]))
     df = pl.DataFrame(rows, schema={"query_id": pl.String, "doc_id": pl.String, "presentation": pl.Int32, "score": pl.Float64})
-    label = (
-        df.filter(pl.col("presentation") >= 1)
-        .group_by("query_id", "doc_id")
-        .agg(pl.col("score").drop_nulls().mean().alias("label"))
+    labels = df.group_by("query_id", "doc_id").agg(
+        pl.col("score").filter(pl.col("presentation") == 0).first().alias("label_k1"),
+        pl.col("score").drop_nulls().mean().alias("label"),
     )
     return (
-        df.join(label, on=["query_id", "doc_id"], how="left")
+        df.join(labels, on=["query_id", "doc_id"], how="left")
         .with_columns(pl.lit(teacher).alias("teacher"))
-        .select("query_id", "doc_id", "teacher", "presentation", "score", "label")
+        .select("query_id", "doc_id", "teacher", "presentation", "score", "label_k1", "label")
         .sort("query_id", "presentation", "doc_id")
     )
 
@@ -105,25 +113,23 @@ def open_weight_prompt_scorer(scorer: Any) -> PromptScorer:
 
 
 def make_open_weight_scorer(model_dir: str | os.PathLike, *, max_doc_chars: int | None, device: str = "auto",
-                            dtype: str = "auto", batch_prompts: int = 8) -> Any:
-    """The teacher readout: the scoring package's transformers scorer when it is registered,
-    else :class:`presdep.training.readout_grad.ReadoutScorer` (the same prompt, skeleton and E[g])."""
+                            dtype: str = "auto", batch_prompts: int = 8, rubric: str | None = None,
+                            instruction: str | None = None) -> Any:
+    """The teacher readout: the scoring package's ``transformers`` scorer on the model directory.
+
+    No fallback: a missing backend or a model that does not load is an error naming what was asked.
+    """
     from presdep import scoring
 
-    if "transformers" in scoring.REGISTRY:
-        try:
-            return scoring.make_scorer(
-                {"scorer": "transformers", "model": {"source": "local", "path": str(model_dir)}, "device": device,
-                 "dtype": dtype},
-                {"max_doc_chars": max_doc_chars, "B": 1, "M": 1, "seed": 0, "perturbations": []},
-            )
-        except (AttributeError, ImportError, KeyError, TypeError, ValueError) as exc:  # factory absent or other spec
-            log.info("scoring 'transformers' factory unavailable (%s); using the training readout", exc)
-    from presdep.models import load_model
-    from presdep.training.readout_grad import ReadoutScorer
-
-    model, tok = load_model(str(model_dir), device=device, dtype=dtype)
-    return ReadoutScorer(model, tok, name="teacher", max_doc_chars=max_doc_chars, batch_prompts=batch_prompts)
+    if "transformers" not in scoring.REGISTRY:
+        raise RuntimeError(f"open-weight teacher on {model_dir}: the scoring package registers no 'transformers' "
+                           f"scorer (registered: {sorted(scoring.REGISTRY)})")
+    return scoring.make_scorer(
+        {"scorer": "transformers", "model": {"source": "local", "path": str(model_dir)}, "device": device,
+         "dtype": dtype, "batch_size": int(batch_prompts)},
+        {"max_doc_chars": max_doc_chars, "B": 1, "M": 1, "seed": 0, "perturbations": [],
+         "rubric": rubric, "instruction": instruction},
+    )
 
 
 def silver_labels_files(
@@ -136,23 +142,34 @@ def silver_labels_files(
     B: int,
     seed: int,
     max_doc_chars: int | None,
+    rubric: str | None = None,
+    instruction: str | None = None,
     model_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     threads: int | None = None,
     scorer: Any = None,
     client: Any = None,
 ) -> pl.DataFrame:
-    """The ``silver_labels`` job: label a training dataset's candidates with one teacher."""
+    """The ``silver_labels`` job: label a training dataset's candidates with one teacher.
+
+    ``teacher_spec`` is the validated teacher entry (``kind``, ``T`` and, for a hosted
+    teacher, every endpoint setting). A hosted teacher whose failures exceed the
+    configured shares raises :class:`presdep.training.hosted.HostedFailure` and
+    writes nothing.
+    """
     from presdep.schemas import read_table
 
     kind = teacher_spec.get("kind")
     if kind not in TEACHER_KINDS:
         raise ValueError(f"teacher {teacher!r}: kind {kind!r} not in {TEACHER_KINDS}")
-    T = int(teacher_spec.get("T", 4))
+    if "T" not in teacher_spec:
+        raise ValueError(f"teacher {teacher!r}: no 'T' (number of teacher shuffles) in its settings")
+    T = int(teacher_spec["T"])
     candidates = read_table(candidates_path, "candidates")
     meta: dict[str, Any] = {
         "teacher": teacher, "teacher_kind": kind, "dataset": dataset, "T": T, "B": B, "seed": seed,
-        "presentations": "0 = first-stage order (single-order label); 1..T = shuffles; label = mean over 1..T",
+        "presentations": "shuffles 0..T-1 seeded stable_seed(seed, dataset, query_id, 'teacher', t)",
+        "labels": {"label_k1": "score under shuffle 0", "label": "mean of the non-null scores over shuffles 0..T-1"},
     }
     if kind == "open_weight":
         if threads:
@@ -162,8 +179,8 @@ def silver_labels_files(
         if scorer is None:
             if model_dir is None:
                 raise ValueError(f"open-weight teacher {teacher!r} needs model_dir")
-            scorer = make_open_weight_scorer(model_dir, max_doc_chars=max_doc_chars,
-                                             device=teacher_spec.get("device", "auto"))
+            scorer = make_open_weight_scorer(model_dir, max_doc_chars=max_doc_chars, device=teacher_spec["device"],
+                                             rubric=rubric, instruction=instruction)
         run = open_weight_prompt_scorer(scorer)
         describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
         meta.update(teacher_spec={k: v for k, v in teacher_spec.items()}, readout=describe, mock=False,
@@ -171,11 +188,11 @@ def silver_labels_files(
         df = silver_labels(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
                            max_doc_chars=max_doc_chars)
     else:
-        from presdep.training.hosted import HostedGrader
+        from presdep.training.hosted import HOSTED_OPTIONAL, HOSTED_REQUIRED, HostedGrader, failure_gate
 
         if cache_dir is None:
             raise ValueError(f"hosted teacher {teacher!r} needs a cache_dir")
-        spec = {k: v for k, v in teacher_spec.items() if k not in ("kind", "T", "skip", "label")}
+        spec = {k: teacher_spec[k] for k in HOSTED_REQUIRED + HOSTED_OPTIONAL if k in teacher_spec}
         grader = HostedGrader(spec, cache_dir, max_doc_chars=max_doc_chars, client=client)
 
         def run(prompts):
@@ -185,12 +202,17 @@ def silver_labels_files(
         df = silver_labels(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
                            max_doc_chars=max_doc_chars)
         stats = grader.stats.as_dict()
+        log.info("teacher %s usage: %s", teacher, {k: v for k, v in stats.items() if k != "first_error"})
+        # Raises (nothing written) when more prompts failed than the settings allow.
+        failure_gate(stats, grader.settings, f"teacher {teacher!r} on {dataset!r} ({grader.endpoint})")
         meta.update(teacher_spec=grader.describe(), usage=stats, mock=grader.mock,
-                    template_sha256=grader.template.sha256)
+                    template_sha256=grader.template.sha256,
+                    parse_failures=int(stats["failures"].get("parse", 0)),
+                    transport_failures=int(stats["failures"].get("transport", 0)))
         if grader.mock:
             meta["note"] = "MOCK teacher: offline stand-in grades, not a real model"
         if stats["prompts_failed"]:
-            log.warning("teacher %s: %d of %d prompts failed (%s); their scores are null",
+            log.warning("teacher %s: %d of %d prompts failed within the allowed shares (%s); their scores are null",
                         teacher, stats["prompts_failed"], stats["prompts"], stats["failures"])
     n_null = int(df["score"].null_count())
     meta["null_scores"] = n_null

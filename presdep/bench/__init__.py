@@ -1,0 +1,1 @@
+"""The prompt-sensitivity benchmark (see :mod:`presdep.bench.core` for the Python API)."""

@@ -1,0 +1,221 @@
+"""``presdep bench ...``: the benchmark from the command line (every subcommand takes --tasks PATH)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_HIDDEN_DIR = Path("bench-hidden")  # git-ignored
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", type=Path, help="a split file (JSONL) instead of the shipped public split")
+
+
+def register(subparsers: Any) -> None:
+    b = subparsers.add_parser("bench", help="the prompt-sensitivity benchmark: tasks, runs, grading, services",
+                              description="Seeded reasoning tasks in five paraphrased prompt forms; runs write "
+                              "JSON run reports for `presdep stability`.")
+    sub = b.add_subparsers(dest="bench_command", required=True)
+
+    p = sub.add_parser("list", help="task ids with family and variant")
+    p.add_argument("--family")
+    p.add_argument("--variant")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_list)
+
+    p = sub.add_parser("show", help="one task with its prompt")
+    p.add_argument("id")
+    p.add_argument("--answer", action="store_true", help="include the expected answer")
+    p.set_defaults(func=_show)
+
+    p = sub.add_parser("score", help="grade one answer: prints {id, score, extracted}")
+    p.add_argument("id")
+    p.add_argument("answer")
+    p.set_defaults(func=_score)
+
+    p = sub.add_parser("run", help="run a provider over the split and write run report(s)")
+    p.add_argument("--provider", required=True, choices=["mock", "openai", "openrouter", "transformers"])
+    p.add_argument("--out", type=Path, required=True, help="folder for <model>-run<k>.json")
+    p.add_argument("--run", type=int, default=0, help="index of the first repeated run (default 0)")
+    p.add_argument("--repeats", type=int, default=1, help="repeated runs to write (default 1)")
+    p.add_argument("--limit", type=int, help="only the first N tasks (after filters)")
+    p.add_argument("--family")
+    p.add_argument("--variant")
+    p.add_argument("--seed", type=int, default=0, help="mock: the mock model's seed (model id mock-s<seed>)")
+    p.add_argument("--base-url", help="openai/openrouter: the endpoint")
+    p.add_argument("--model", help="openai/openrouter: model name; transformers: a key of models: in --configfile")
+    p.add_argument("--api-key-env", help="openai/openrouter: environment variable holding the key")
+    p.add_argument("--cache-dir", type=Path, help="openai/openrouter: reply cache (default <out>/.cache)")
+    p.add_argument("--concurrency", type=int, help="openai/openrouter: requests in flight (default: the schema's)")
+    p.add_argument("--max-retries", type=int, help="openai/openrouter: transport retries (default: the schema's)")
+    p.add_argument("--timeout", type=float, help="openai/openrouter: deadline per request, s (default: the schema's)")
+    p.add_argument("--max-tokens", type=int, default=512, help="openai/openrouter: reply token limit")
+    p.add_argument("--configfile", type=Path, default=Path("workflow_config.yaml"),
+                   help="transformers: the config whose models: holds --model")
+    p.add_argument("--model-dir", type=Path, help="transformers: a converted model folder (skips the fetch)")
+    p.add_argument("--models-root", type=Path, default=Path("resources/models"),
+                   help="transformers: where --model is fetched to once (default resources/models)")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="transformers: tokens per answer")
+    p.add_argument("--batch-size", type=int, default=8, help="transformers: prompts per generate call")
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser("card", help="write the benchmark card (1200x630 SVG)")
+    p.add_argument("--out", type=Path, default=Path("bench-card.svg"))
+    p.set_defaults(func=_card)
+
+    p = sub.add_parser("provenance", help="generator, seed, digest and counts of the split")
+    p.set_defaults(func=lambda a: _print(_core().provenance(a.tasks)))
+
+    p = sub.add_parser("index-entry", help="a machine-readable description of the benchmark")
+    p.set_defaults(func=lambda a: _print(_core().index_entry(a.tasks)))
+
+    p = sub.add_parser("generate", help="regenerate the public split, or write a hidden one with --seed")
+    p.add_argument("--hidden", action="store_true", help="the hidden split (needs --seed)")
+    p.add_argument("--seed", type=int, help="the private seed of the hidden split")
+    p.add_argument("--out", type=Path, help=f"public: the JSONL file; hidden: a folder (default {DEFAULT_HIDDEN_DIR})")
+    p.set_defaults(func=_generate)
+
+    p = sub.add_parser("serve", help="serve the HTTP API (FastAPI + uvicorn)")
+    p.add_argument("port", type=int)
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    p.add_argument("--token-env", default="PRESDEP_BENCH_TOKEN",
+                   help="environment variable with a bearer token; unset = no token check")
+    p.add_argument("--max-body-bytes", type=int, default=2_000_000)
+    p.set_defaults(func=_serve)
+
+    p = sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    p.set_defaults(func=lambda a: _mcp(a))
+
+    for name, sp in sub.choices.items():
+        _common(sp)
+
+
+def _core():
+    from presdep.bench import core
+
+    return core
+
+
+def _print(obj: Any) -> int:
+    print(json.dumps(obj, indent=1))
+    return 0
+
+
+def _list(args) -> int:
+    core = _core()
+    rows = core.list_tasks(core.load_split(args.tasks), args.family, args.variant)
+    if args.json:
+        return _print({"tasks": rows})
+    for r in rows:
+        print(f"{r['id']}\t{r['family']}\t{r['variant']}")
+    return 0
+
+
+def _show(args) -> int:
+    core = _core()
+    try:
+        return _print(core.get_task(core.load_split(args.tasks), args.id, with_answer=args.answer))
+    except core.UnknownTask as exc:
+        print(f"presdep bench show: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _score(args) -> int:
+    core = _core()
+    try:
+        return _print(core.score(core.load_split(args.tasks), args.id, args.answer))
+    except core.UnknownTask as exc:
+        print(f"presdep bench score: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _provider_options(args) -> dict[str, Any]:
+    if args.provider == "mock":
+        return {"seed": args.seed}
+    if args.provider in ("openai", "openrouter"):
+        opts = {"base_url": args.base_url, "model": args.model, "cache_dir": args.cache_dir or args.out / ".cache",
+                "concurrency": args.concurrency, "max_retries": args.max_retries, "timeout_s": args.timeout,
+                "max_tokens": args.max_tokens}
+        if args.api_key_env:
+            opts["api_key_env"] = args.api_key_env
+        return opts
+    from presdep.config import load_yaml
+
+    spec = None
+    if args.model_dir is None:
+        if not args.model:
+            raise ValueError("--provider transformers needs --model KEY (of models: in --configfile) or --model-dir")
+        models = load_yaml(args.configfile).get("models") or {}
+        if args.model not in models:
+            raise ValueError(f"{args.configfile}: models: has no key {args.model!r}; keys: {sorted(models)}")
+        spec = models[args.model]
+    return {"model_key": args.model or args.model_dir.name, "spec": spec, "model_dir": args.model_dir,
+            "models_root": args.models_root,
+            "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
+
+
+def _run(args) -> int:
+    core = _core()
+    tasks = core.list_tasks(core.load_split(args.tasks), args.family, args.variant)
+    full = {t["id"]: t for t in core.load_split(args.tasks)}
+    chosen = [full[t["id"]] for t in tasks][: args.limit]
+    if not chosen:
+        raise ValueError("no task matches the filters")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    split = "public" if args.tasks is None else args.tasks.name
+    opts = _provider_options(args)
+    from presdep.training.hosted_net import HostedConfigError
+
+    for k in range(args.run, args.run + args.repeats):
+        try:
+            res = core.run(args.provider, chosen, out=args.out, run=k, split=split, **opts)
+        except HostedConfigError as exc:  # e.g. the key variable is unset: a setup error, not a failed task
+            print(f"presdep bench run: error: {exc}", file=sys.stderr)
+            return 2
+        s = res["report"]["summary"]
+        lo, hi = s["interval95"]
+        print(f"{res['report']['model']} run {k}: {s['totals']['correct']}/{s['totals']['tasks']} = "
+              f"{s['mean']:.3f} [{lo:.3f}, {hi:.3f}], failed {s['totals']['failed']} -> {res['path']}")
+    return 0
+
+
+def _card(args) -> int:
+    from presdep.bench.card import write_card
+
+    core = _core()
+    path = write_card(core.load_split(args.tasks), core.provenance(args.tasks), args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def _generate(args) -> int:
+    from presdep.bench import suite
+
+    if args.hidden:
+        path = suite.write_hidden_split(args.out or DEFAULT_HIDDEN_DIR, args.seed)
+    else:
+        if args.seed is not None:
+            raise ValueError("the public split has a fixed seed; use --hidden --seed N for a private split")
+        path = suite.write_public_split(args.out or suite.PUBLIC_PATH)
+    print(f"wrote {path}")
+    return 0
+
+
+def _serve(args) -> int:
+    from presdep.bench.http_api import serve
+
+    serve(args.port, host=args.host, tasks_path=args.tasks, token_env=args.token_env,
+          max_body_bytes=args.max_body_bytes)
+    return 0
+
+
+def _mcp(args) -> int:
+    from presdep.bench.mcp_server import serve_stdio
+
+    serve_stdio(args.tasks)
+    return 0

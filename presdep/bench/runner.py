@@ -1,0 +1,100 @@
+"""A run: one provider over a split -> a JSON run report for ``presdep stability``.
+
+Report layout (the fields ``presdep stability`` reads, plus ``summary``)::
+
+    {"model": "mock-s7", "seed": 0,          # seed = index of this repeated run
+     "higherIsBetter": true, "metric": "accuracy",
+     "tasks": [{"id": "arith-01-v1", "score": 1}, ...],
+     "summary": {"benchmark", "split", "provider": {...public settings},
+                 "mean", "interval95": [lo, hi],   # Wilson score interval over tasks
+                 "totals": {"tasks", "correct", "failed"}, "failedIds": [...],
+                 "errors": {id: why a request failed},
+                 "answers": {id: the raw reply or null},   # what the grader read
+                 "byFamily": {family: {"tasks", "correct", "mean"}},
+                 "byVariant": {variant: {"tasks", "correct", "mean"}}}}
+
+The Wilson interval treats tasks as independent; the item-clustered intervals (five
+variants of an item drawn together) are what ``presdep stability`` reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from presdep.bench.grader import score_answer
+from presdep.bench.providers import Provider
+
+BENCHMARK = "presdep-bench"
+Z95 = 1.959963984540054
+
+
+def wilson_interval(correct: int, n: int, z: float = Z95) -> list[float]:
+    if n == 0:
+        raise ValueError("Wilson interval of zero tasks")
+    p = correct / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def _groups(tasks: Sequence[Mapping[str, Any]], scores: Sequence[int], key: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for t, s in zip(tasks, scores):
+        g = out.setdefault(t[key], {"tasks": 0, "correct": 0})
+        g["tasks"] += 1
+        g["correct"] += s
+    for g in out.values():
+        g["mean"] = g["correct"] / g["tasks"]
+    return dict(sorted(out.items()))
+
+
+def run_benchmark(provider: Provider, tasks: Sequence[Mapping[str, Any]], *, run: int = 0,
+                  split: str = "public") -> dict[str, Any]:
+    """Answer and grade every task; return the run report (see the module docstring)."""
+    if not tasks:
+        raise ValueError("run_benchmark: no tasks to run")
+    replies = provider.answer(tasks)
+    if len(replies) != len(tasks):
+        raise RuntimeError(f"provider {provider.model_id!r} returned {len(replies)} replies for {len(tasks)} tasks")
+    scores = [0 if r.text is None else score_answer(t, r.text) for t, r in zip(tasks, replies)]
+    failed = [t["id"] for t, r in zip(tasks, replies) if r.text is None]
+    correct = sum(scores)
+    return {
+        "model": provider.model_id,
+        "seed": int(run),
+        "higherIsBetter": True,
+        "metric": "accuracy",
+        "tasks": [{"id": t["id"], "score": s} for t, s in zip(tasks, scores)],
+        "summary": {
+            "benchmark": BENCHMARK,
+            "split": split,
+            "provider": provider.describe(),
+            "mean": correct / len(tasks),
+            "interval95": wilson_interval(correct, len(tasks)),
+            "totals": {"tasks": len(tasks), "correct": correct, "failed": len(failed)},
+            "failedIds": failed,
+            "errors": {t["id"]: r.error for t, r in zip(tasks, replies) if r.text is None},
+            "byFamily": _groups(tasks, scores, "family"),
+            "byVariant": _groups(tasks, scores, "variant"),
+            "answers": {t["id"]: r.text for t, r in zip(tasks, replies)},
+        },
+    }
+
+
+def report_name(report: Mapping[str, Any]) -> str:
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in report["model"])
+    return f"{safe}-run{report['seed']}.json"
+
+
+def write_report(report: Mapping[str, Any], out: str | os.PathLike) -> Path:
+    """Write a run report atomically; ``out`` is a file, or a folder for ``<model>-run<k>.json``."""
+    from presdep.schemas import write_text_atomic
+
+    out = Path(out)
+    path = out / report_name(report) if out.suffix != ".json" else out
+    return write_text_atomic(path, json.dumps(report, indent=1) + "\n")

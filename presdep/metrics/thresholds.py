@@ -1,0 +1,172 @@
+"""The reranking threshold t*: a development/test split and a threshold tuned on it.
+
+Protocol (METHODS.md, "Retained-set Jaccard"):
+
+* Split: each dataset's queries are ordered by sha256(f"{split_seed}:{query_id}")
+  (ties, impossible in practice, by query id); the first floor(n/2) are the
+  development half, the rest the test half. The same seed and query ids give the
+  same split on any machine and Python version; the halves are disjoint and cover
+  every query.
+* t*: on the development half, canonical presentation (presentation 0 of the
+  decision presentations: shuffle 0, or ensemble 0 of the BSC scores), 41 evenly
+  spaced values over the pooled score range, mean set-F1 against the relevant
+  docs (grade >= 1) in each pool, a query without relevant doc scores 0, ties to
+  the higher value (presdep.metrics.decisions).
+
+The artifact (one JSON file per run and dataset) is the one place the metrics and
+Figure 1 read t* from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from presdep.metrics import decisions
+from presdep.metrics.quality import qrels_to_dict
+from presdep.schemas import write_text_atomic
+from presdep.views import CANONICAL_PRESENTATION, decision_presentations
+
+log = logging.getLogger(__name__)
+
+SPLIT_SEED = 20260610
+_REQUIRED_KEYS = ("t_star", "split_seed", "canonical_presentation", "dev_queries", "test_queries", "grid_size")
+
+
+def split_queries(query_ids: Sequence[str], seed: int = SPLIT_SEED) -> tuple[list[str], list[str]]:
+    """(development, test) halves of ``query_ids``; deterministic in (seed, ids)."""
+    ids = sorted(set(str(q) for q in query_ids))
+    if len(ids) != len(query_ids):
+        raise ValueError("query ids to split must be unique")
+    key = {q: hashlib.sha256(f"{seed}:{q}".encode()).hexdigest() for q in ids}
+    ordered = sorted(ids, key=lambda q: (key[q], q))
+    half = len(ordered) // 2
+    return sorted(ordered[:half]), sorted(ordered[half:])
+
+
+def _canonical_arrays(view: pl.DataFrame, queries: Sequence[str], qrels_d) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    canon = view.filter(
+        (pl.col("presentation") == CANONICAL_PRESENTATION) & pl.col("query_id").is_in(list(queries))
+    ).sort("query_id", "doc_id")
+    scores, relevant = [], []
+    for (q,), part in canon.group_by(["query_id"], maintain_order=True):
+        judged = qrels_d.get(q, {})
+        scores.append(part["score"].to_numpy())
+        relevant.append(np.array([judged.get(d, 0) >= 1 for d in part["doc_id"].to_list()], dtype=bool))
+    return scores, relevant
+
+
+def tune_thresholds(
+    scores: pl.DataFrame,
+    qrels: pl.DataFrame,
+    *,
+    split_seed: int = SPLIT_SEED,
+    bsc_k: int = 1,
+    ensembles: int = 4,
+    n_grid: int = decisions.N_GRID,
+) -> dict[str, Any]:
+    """The threshold artifact of one run on one reranking dataset (see module doc)."""
+    view = decision_presentations(scores, bsc_k=bsc_k, ensembles=ensembles)
+    if view.height == 0:
+        raise ValueError("scores have no random_shuffle presentations to tune the threshold on")
+    qids = sorted(view["query_id"].unique().to_list())
+    dev, test = split_queries(qids, split_seed)
+    if not dev or not test:
+        raise ValueError(f"a 50/50 split needs at least 2 queries; the scores have {len(qids)}")
+    qrels_d = qrels_to_dict(qrels)
+    dev_scores, dev_rel = _canonical_arrays(view, dev, qrels_d)
+    grid, mean_f1 = decisions.threshold_curve(dev_scores, dev_rel, n_grid)
+    t_star = decisions.tune_threshold(dev_scores, dev_rel, n_grid)
+    warnings = degenerate_warnings(view, qrels_d, t_star)
+    for w in warnings:
+        log.warning("threshold: %s", w)
+    best = int(np.flatnonzero(grid == t_star)[0])
+    return {
+        "t_star": t_star,
+        "split_seed": int(split_seed),
+        "canonical_presentation": CANONICAL_PRESENTATION,
+        "grid_size": int(n_grid),
+        "grid": grid.tolist(),
+        "dev_mean_f1": mean_f1.tolist(),
+        "dev_best_f1": float(mean_f1[best]),
+        "dev_queries": dev,
+        "test_queries": test,
+        "bsc_k": int(bsc_k),
+        "bsc_ensembles": int(ensembles) if bsc_k > 1 else None,
+        "warnings": warnings,
+    }
+
+
+def degenerate_warnings(view: pl.DataFrame, qrels_d: Mapping[str, Mapping[str, int]], t_star: float) -> list[str]:
+    """Human-readable reasons a threshold result says little (empty list = none)."""
+    out = []
+    kept = view.with_columns((pl.col("score") >= t_star).alias("kept"))
+    share = float(kept["kept"].mean())
+    if share == 1.0:
+        out.append(f"t* = {t_star:.6g} keeps every candidate of every presentation")
+    elif share == 0.0:
+        out.append(f"t* = {t_star:.6g} keeps no candidate of any presentation")
+    n_pres = view.group_by("query_id").agg(pl.col("presentation").n_unique().alias("m"))
+    few = n_pres.filter(pl.col("m") < 2)
+    if few.height:
+        out.append(f"{few.height} queries have fewer than two presentations (no pair to compare)")
+    pools = view.filter(pl.col("presentation") == CANONICAL_PRESENTATION).select("query_id", "doc_id")
+    no_rel = [
+        q for (q,), part in pools.group_by(["query_id"])
+        if not any(qrels_d.get(q, {}).get(d, 0) >= 1 for d in part["doc_id"].to_list())
+    ]
+    if no_rel:
+        out.append(f"{len(no_rel)} queries have no relevant document in their pool (F1 0)")
+    return out
+
+
+def write_thresholds(artifact: Mapping[str, Any], path: str | os.PathLike, params: Mapping[str, Any] | None = None):
+    """Write the artifact atomically as JSON (with the parameters that produced it)."""
+    doc = dict(artifact)
+    doc["params"] = dict(params or {})
+    return write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def read_thresholds(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a threshold artifact; the error names the file and the missing key."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            doc = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not a JSON threshold file ({exc})") from exc
+    missing = [k for k in _REQUIRED_KEYS if k not in doc]
+    if missing:
+        raise ValueError(f"{path}: threshold file lacks key(s) {missing}; expected at least {list(_REQUIRED_KEYS)}")
+    if not isinstance(doc["t_star"], (int, float)) or not np.isfinite(doc["t_star"]):
+        raise ValueError(f"{path}: t_star must be a finite number, got {doc['t_star']!r}")
+    if set(doc["dev_queries"]) & set(doc["test_queries"]):
+        raise ValueError(f"{path}: dev_queries and test_queries overlap")
+    return doc
+
+
+def thresholds_from_files(
+    scores_path: str | os.PathLike,
+    qrels_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    *,
+    split_seed: int = SPLIT_SEED,
+    bsc_k: int = 1,
+    ensembles: int = 4,
+) -> dict[str, Any]:
+    """The workflow's entry point: read scores and qrels, tune, write the artifact."""
+    from presdep.schemas import read_table
+
+    art = tune_thresholds(
+        read_table(scores_path, "scores"), read_table(qrels_path, "qrels"),
+        split_seed=split_seed, bsc_k=bsc_k, ensembles=ensembles,
+    )
+    params = {"scores": str(scores_path), "qrels": str(qrels_path), "split_seed": split_seed,
+              "bsc_k": bsc_k, "bsc_ensembles": ensembles}
+    write_thresholds(art, out_path, params)
+    return art

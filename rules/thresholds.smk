@@ -1,0 +1,24 @@
+# The reranking threshold t* of one (run, dataset): development/test split and t* tuned on
+# the development half. The one source of t* for the metrics and Figure 1.
+
+
+rule thresholds:
+    input:
+        scores="results/scores/{variant}/{dataset}.parquet",
+        qrels="results/{dataset}/qrels.parquet",
+    output:
+        json="results/thresholds/{variant}/{dataset}.json",
+    params:
+        split_seed=config["protocol"]["split_seed"],
+        bsc_k=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_k"]),
+        bsc_ensembles=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_ensembles"]),
+        version=PRESDEP_VERSION,
+    conda:
+        "../envs/cpu.yaml"
+    log:
+        "logs/thresholds/{variant}/{dataset}.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/thresholds.py"

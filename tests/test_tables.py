@@ -1,0 +1,83 @@
+"""Table 1 assembly: cells, counts (sources, passes, warnings) and the BSC K-curve, by hand."""
+
+import polars as pl
+import pytest
+
+from presdep.tables import build_table1, bsc_curve, to_markdown, write_table1
+
+SCHEMA = {"dataset": pl.String, "task": pl.String, "variant": pl.String, "seed": pl.Int32,
+          "perturbation": pl.String, "query_id": pl.String, "metric": pl.String, "value": pl.Float64}
+
+
+def _rows(variant, seed, dataset, metric, pert, per_query, task="rerank"):
+    out = [{"dataset": dataset, "task": task, "variant": variant, "seed": seed, "perturbation": pert,
+            "query_id": q, "metric": metric, "value": v} for q, v in per_query.items()]
+    vals = [v for v in per_query.values() if v is not None]
+    out.append({**out[0], "query_id": None, "value": sum(vals) / len(vals)})
+    return out
+
+
+def _metrics():
+    rows = []
+    # untrained variant on two datasets of different sizes: a dataset counts once, whatever its size
+    rows += _rows("ots", None, "a", "ndcg@10", "first_stage", {"q1": 0.2, "q2": 0.4})
+    rows += _rows("ots", None, "b", "ndcg@10", "first_stage", {"r1": 0.9, "r2": 0.9, "r3": 0.6, "r4": 0.6})
+    rows += _rows("ots", None, "a", "ndcg@10", "random_shuffle", {"q1": 0.0, "q2": 0.0})  # not the quality cell
+    rows += _rows("ots", None, "a", "tau_psi", "random_shuffle", {"q1": 0.1, "q2": 0.3})
+    rows += _rows("ots", None, "a", "tau_psi_b", "random_shuffle", {"q1": 0.05, "q2": 0.15})
+    rows += _rows("ots", None, "a", "jaccard", "random_shuffle", {"q2": 0.5})
+    rows += _rows("ots", None, "a", "warn_threshold_keeps_all", "random_shuffle", {None: 1.0})[1:]
+    rows += _rows("ots", None, "a", "warn_queries_without_relevant", "random_shuffle", {None: 2.0})[1:]
+    rows += _rows("ots", None, "a", "passes_per_query", "random_shuffle", {None: 11.0})[1:]
+    # trained variant: seeds 1 (datasets a, b) and 2 (dataset a)
+    rows += _rows("oc", 1, "a", "ndcg@10", "first_stage", {"q1": 0.5})
+    rows += _rows("oc", 1, "b", "ndcg@10", "first_stage", {"r1": 0.7})
+    rows += _rows("oc", 2, "a", "ndcg@10", "first_stage", {"q1": 0.3})
+    # BSC curve rows (aggregate only)
+    for seed, ds, k, v in ((None, "a", 1, 0.4), (None, "b", 1, 0.6), (None, "a", 2, 0.3)):
+        rows.append({"dataset": ds, "task": "rerank", "variant": "bsc", "seed": seed,
+                     "perturbation": f"bsc_curve_k{k}", "query_id": None, "metric": "tau_psi", "value": v})
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+VARIANTS = {"ots": {"label": "Off the shelf"}, "oc": {"label": "OC-SFT"}, "bsc": {"label": "BSC"},
+            "jina": {"skip": "no weights here"}}
+
+
+def test_cells_are_means_over_datasets_then_seeds():
+    table, counts = build_table1(_metrics(), VARIANTS)
+    rows = {r["variant"]: r for r in table.iter_rows(named=True)}
+    assert list(rows) == ["ots", "oc", "bsc", "jina"]
+    assert rows["ots"]["rerank_ndcg10"] == pytest.approx((0.3 + 0.75) / 2)
+    assert rows["oc"]["rerank_ndcg10"] == pytest.approx(((0.5 + 0.7) / 2 + 0.3) / 2)
+    assert rows["ots"]["rerank_tau_psi"] == pytest.approx(0.2)
+    assert rows["ots"]["rerank_tau_psi_b"] == pytest.approx(0.1)
+    assert rows["ots"]["rerank_jaccard"] == pytest.approx(0.5)
+    assert rows["jina"]["note"] == "skipped: no weights here" and rows["jina"]["rerank_ndcg10"] is None
+    c = {(r["variant"], r["column"]): r for r in counts.iter_rows(named=True)}
+    assert c[("ots", "rerank_ndcg10")]["queries"] == 6 and c[("ots", "rerank_ndcg10")]["datasets"] == 2
+    assert c[("oc", "rerank_ndcg10")]["seeds"] == 2
+    assert c[("ots", "rerank_ndcg10")]["perturbation"] == "first_stage"
+    assert "headline" in c[("ots", "rerank_tau_psi")]["source"] and "tau-a" in c[("ots", "rerank_tau_psi")]["source"]
+    assert "not the headline" in c[("ots", "rerank_tau_psi_b")]["source"]
+    assert c[("ots", "rerank_jaccard")]["warnings"] == (
+        "a: t* keeps every candidate; a: queries without a relevant document in the pool (2)")
+    assert c[("ots", "rerank_ndcg10")]["warnings"] == ""
+    assert c[("ots", "rerank_tau_psi")]["passes_per_query"] == 11.0
+    md = to_markdown(table)
+    assert "tau-PSI (tau-a)" in md and "Off the shelf" in md and "headline" in md
+
+
+def test_bsc_curve_and_files(tmp_path):
+    curve = bsc_curve(_metrics())
+    assert curve.select("K", "value", "datasets").rows() == [(1, pytest.approx(0.5), 2), (2, pytest.approx(0.3), 1)]
+    from presdep.schemas import write_table
+
+    p = write_table(_metrics(), tmp_path / "m.parquet", "metrics")
+    out = {n: tmp_path / "r" / n for n in ("t.csv", "t.md", "c.csv", "bsc.csv")}
+    table = write_table1([p], VARIANTS, out["t.csv"], out["t.md"], out["c.csv"], out["bsc.csv"])
+    assert pl.read_csv(out["t.csv"]).columns == table.columns
+    assert table.columns[:10] == ["variant", "rerank_ndcg10", "rerank_tau_psi", "rerank_jaccard", "qa_ndcg10",
+                                  "qa_tau_psi", "qa_answer_flip", "resp_ndcg1", "resp_tau_psi", "resp_pair_flip"]
+    assert pl.read_csv(out["bsc.csv"]).height == 2
+    assert "warnings" in pl.read_csv(out["c.csv"]).columns
