@@ -1,6 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make run   -> creates .venv if needed, runs the main job on the embedded default
 #   make test  -> creates .venv if needed, runs the whole test suite
+#   make resume -> after a killed or crashed `make run`: unlock, then run again
+#   make cluster-env -> .venv-slurm: .venv + the Slurm executor plugin (cluster runs only)
 # GPU users: `make TORCH_SPEC="torch" run` keeps pip's default (CUDA) torch build.
 
 PYTHON ?= python3
@@ -9,8 +11,10 @@ TORCH_SPEC ?= torch==2.13.0
 CORES ?= all
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.presdep-installed
+SLURM_VENV ?= .venv-slurm
+SLURM_STAMP := $(SLURM_VENV)/.presdep-slurm-installed
 
-.PHONY: run test env clean-results
+.PHONY: run test env cluster-env clean-results resume
 
 env: $(STAMP)
 
@@ -19,15 +23,32 @@ $(STAMP): pyproject.toml envs/constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: the pinned CPU build; the package itself only asks for a range.
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -c envs/constraints.txt -e ".[retrieval,hosted,slurm,dev,bench]"
+	$(BIN)/python -m pip install --quiet -c envs/constraints.txt -e ".[retrieval,hosted,dev,bench]"
 	touch $(STAMP)
+
+# The Slurm executor plugin lives in its own venv layered on .venv: loaded, it runs
+# `scontrol show config` on every snakemake call, which local runs and tests never need.
+cluster-env: $(SLURM_STAMP)
+
+$(SLURM_STAMP): $(STAMP) pyproject.toml envs/constraints.txt cluster/slurm-venv.sh
+	sh cluster/slurm-venv.sh $(VENV) $(SLURM_VENV)
+	touch $(SLURM_STAMP)
 
 # The main job (Table 1), plus Figure 1 and the leaderboard's stability analysis built from it.
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) results/table1.csv results/figure1.svg results/stability/table1.json
 
+# After a kill or crash of `make run`: drop the lock the dead run left (Snakemake cannot
+# tell a dead run from a live one), then run again; finished outputs are kept and
+# incomplete ones redone. Never while another run is active in this folder.
+resume: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --unlock
+	$(MAKE) run
+
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
 
+# Everything under results/ except its tracked README.
 clean-results:
-	rm -rf results/*/ results/*.csv results/table1.md results/*.svg results/*.png .snakemake/incomplete
+	find results -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
+	rm -rf .snakemake/incomplete

@@ -1,7 +1,7 @@
 # presdep: presentation dependence in batched LLM scoring, end to end.
 #   snakemake --cores all results/table1.csv          (embedded default, CPU, offline)
 #   snakemake results/table1.csv --cores 2 --configfile configs/examples/dl19-identity.yaml
-#   snakemake -n / --rulegraph                          (inspect the DAG first)
+#   snakemake -n results/table1.csv                     (inspect the DAG first)
 from snakemake.utils import min_version
 
 min_version("8.20")
@@ -14,6 +14,7 @@ include: "rules/common.smk"
 include: "rules/model_inputs.smk"
 include: "rules/training_inputs.smk"
 include: "rules/data.smk"
+include: "rules/fetch.smk"
 include: "rules/retrieval.smk"
 include: "rules/fixture.smk"
 include: "rules/model.smk"

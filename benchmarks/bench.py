@@ -4,7 +4,7 @@ Prints the wall time of (1) one mock run of all 300 tasks (answers, grading, rep
 written), and (2) a 2,000-resample ``presdep stability`` analysis of 5 reports (three
 mock models, two of them with a repeated run), which should stay under 10 s.
 
-    python benchmarks/bench.py [--resamples 2000] [--out benchmarks/out/bench]
+    python benchmarks/bench.py [--resamples 2000] [--out results/bench]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from presdep.bench import core
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--resamples", type=int, default=2000)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/bench"))
+    ap.add_argument("--out", type=Path, default=Path("results/bench"))
     args = ap.parse_args()
     tasks = core.load_split()
 

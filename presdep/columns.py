@@ -13,7 +13,7 @@ class Table1Column(NamedTuple):
 
 
 # The one mapping from Table 1 column to the metrics rows it aggregates: quality cells from the
-# first-stage pass, instability and decisions from the random shuffles (METHODS.md v2).
+# first-stage pass, instability and decisions from the random shuffles (docs/table1.md).
 TABLE1_COLUMNS: dict[str, Table1Column] = {
     "rerank_ndcg10": Table1Column("rerank", "ndcg@10", "first_stage", "higher"),
     "rerank_tau_psi": Table1Column("rerank", "tau_psi", "random_shuffle", "lower"),

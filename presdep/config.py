@@ -160,8 +160,6 @@ def _check_references(config: Mapping[str, Any]) -> None:
     for name, v in config["variants"].items():
         if v.get("model") is not None and v["model"] not in models:
             problems.append(f"variants.{name}.model: {v['model']!r} is not a key of models ({sorted(models)})")
-        if v["scorer"] in ("transformers", "vllm") and "model" not in v and not v.get("skip"):
-            problems.append(f"variants.{name}: scorer {v['scorer']!r} needs a model (a key of models)")
         student = v.get("student")
         if student:
             if student["teacher"] not in teachers:
@@ -173,6 +171,12 @@ def _check_references(config: Mapping[str, Any]) -> None:
                 elif datasets[ds]["role"] != role:
                     problems.append(f"variants.{name}.student.{role}: dataset {ds!r} has role "
                                     f"{datasets[ds]['role']!r}, expected {role!r}")
+    # Each variant against its scorer's capability record (built-in or plug-in).
+    from presdep.scoring import variant_problems
+
+    eval_tasks = sorted({d["task"] for d in datasets.values() if d["role"] == "eval"})
+    for name, v in config["variants"].items():
+        problems.extend(variant_problems(name, v, config["variants"], eval_tasks))
     for name, t in teachers.items():
         if t["kind"] == "open_weight" and t["model"] not in models:
             problems.append(f"teachers.{name}.model: {t['model']!r} is not a key of models ({sorted(models)})")
@@ -348,8 +352,10 @@ def _teacher(name: str, t: Mapping[str, Any]) -> Teacher:
 
 
 def load_workflow_config(config: Mapping[str, Any], schema_path: str | Path) -> tuple[dict, WorkflowConfig]:
-    """Validate (filling defaults) and build the records: (filled plain dict, records)."""
-    filled = validate_config(config, schema_path)
+    """Expand catalogue datasets, validate (filling defaults) and build the records: (filled plain dict, records)."""
+    from presdep.catalogue import expand_catalogue
+
+    filled = validate_config(expand_catalogue(config), schema_path)
     return filled, WorkflowConfig.from_validated(filled)
 
 

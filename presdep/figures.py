@@ -22,6 +22,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import presdep.mplconfig  # noqa: F401 - before matplotlib: no font cache in the user's home
+
+# isort: split
 import matplotlib
 import numpy as np
 import polars as pl

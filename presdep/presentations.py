@@ -61,7 +61,7 @@ def stable_seed(base_seed: int, *parts: int | str) -> int:
 
 
 def shuffle_seed(base_seed: int, dataset: str, query_id: str, m: int) -> int:
-    """The seed of random shuffle m of a query (METHODS: base seed, dataset, query id, m)."""
+    """The seed of random shuffle m of a query (docs/presentations.md: base seed, dataset, query id, m)."""
     return stable_seed(base_seed, dataset, query_id, m)
 
 

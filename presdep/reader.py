@@ -7,7 +7,7 @@ stored; the first-stage pass is not read):
 
 1. the reader gets the top ``k`` paragraphs of that presentation's ranking (k = 5
    by default, 3 allowed), ordered by (-score, position): highest score first,
-   ties to the paragraph shown earlier (METHODS.md, "QA answer flip"). No threshold
+   ties to the paragraph shown earlier (docs/answer-flip.md). No threshold
    is involved;
 2. each paragraph is tagged ``[i]`` and cut to ``max_doc_chars`` the way the scorer
    cuts documents;

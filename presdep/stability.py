@@ -1,6 +1,6 @@
 """Statistical stability of the Table 1 leaderboard: paired bootstrap rank intervals.
 
-Method (METHODS.md, "Statistical stability of the leaderboard itself"):
+Method (docs/stability.md):
 
 * Per-query values come from ``metrics`` rows with a non-null ``query_id``. A query
   enters only if EVERY run (variant x seed) has a non-null value for it; the others

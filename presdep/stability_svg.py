@@ -10,15 +10,19 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+import presdep.mplconfig  # noqa: F401 - before matplotlib: no font cache in the user's home
+
+# isort: split
 import matplotlib
 
 matplotlib.use("Agg")  # never needs a display; must precede any pyplot import elsewhere
 
-from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
 
 WIDTH_PX, HEIGHT_PX = 1200, 630
 _DPI = 100

@@ -128,6 +128,46 @@ def threshold_warnings(metrics: pl.DataFrame, variant: str, task: str) -> str:
     return "; ".join(out)
 
 
+# Scorers whose integer grades tie so often that a ranking's order is mostly tie-breaking:
+# their tau-PSI is not reported (as in the paper's hosted row).
+UNRANKED_SCORERS = ("hosted",)
+_TAU_NOTE = "tau-PSI not reported (integer grades: most of the order is tie-breaking)"
+
+
+def _drop_tau_psi(row: dict) -> None:
+    for column, spec in ALL_COLUMNS.items():
+        if spec.metric in ("tau_psi", "tau_psi_b"):
+            row[column] = None
+    row["note"] = "; ".join(x for x in (row["note"], _TAU_NOTE) if x)
+
+
+def merge_rows_by_label(rows: Sequence[dict]) -> list[dict]:
+    """One row per label: variants that share a label and fill disjoint columns are one row.
+
+    A trained objective is one student per task pool (its reranking, QA and response
+    cells come from different students), configured as variants with one label. Two
+    variants of one label that fill the same column are a config error: which would
+    the table show?
+    """
+    merged: dict[str, dict] = {}
+    for row in rows:
+        into = merged.get(row["label"])
+        if into is None:
+            merged[row["label"]] = dict(row)
+            continue
+        clash = [c for c in ALL_COLUMNS if row[c] is not None and into[c] is not None]
+        if clash:
+            raise ValueError(f"variants {into['variant']!r} and {row['variant']!r} share the label "
+                             f"{row['label']!r} and both fill {clash}; give them different labels")
+        for c in ALL_COLUMNS:
+            if row[c] is not None:
+                into[c] = row[c]
+        into["variant"] = f"{into['variant']}+{row['variant']}"
+        notes = [n for n in (into["note"], row["note"]) if n]
+        into["note"] = "; ".join(dict.fromkeys(notes))
+    return list(merged.values())
+
+
 def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Mapping]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(table, counts): one row per configured variant in config order; skipped ones keep their reason."""
     cells = cell_values(metrics)
@@ -148,9 +188,11 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Mapping]) -> tupl
                                "source": SOURCES[column], "warnings": warn})
         row["label"] = str(v.get("label", name))
         row["note"] = f"skipped: {v['skip']}" if v.get("skip") else str(v.get("note", ""))
+        if v.get("scorer") in UNRANKED_SCORERS:
+            _drop_tau_psi(row)
         rows.append(row)
     schema = {"variant": pl.String, **{c: pl.Float64 for c in ALL_COLUMNS}, "label": pl.String, "note": pl.String}
-    table = pl.DataFrame(rows, schema=schema)
+    table = pl.DataFrame(merge_rows_by_label(rows), schema=schema)
     count_schema = {"variant": pl.String, "column": pl.String, "metric": pl.String, "perturbation": pl.String,
                     "better": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64,
                     "passes_per_query": pl.Float64, "source": pl.String, "warnings": pl.String}
@@ -183,8 +225,10 @@ def _fmt(value: float | None) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None) -> str:
-    """Table 1 as Markdown: task columns that no variant filled are left out."""
+def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
+                skipped_datasets: Mapping[str, str] | None = None) -> str:
+    """Table 1 as Markdown: task columns that no variant filled are left out; datasets that
+    could not be used here are named with their reason under the table."""
     cols = [c for c in (columns or TABLE1_COLUMNS) if table[c].is_not_null().any()]
     header = ["Variant", *[TITLES[c] for c in cols], "Note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -201,17 +245,21 @@ def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None) -> st
         "development half (shuffle 0), higher is more stable. Flips: lower is more stable. "
         "results/table1_counts.csv gives each cell's source, counts and warnings.\n"
     )
-    return "\n".join(lines) + "\n" + legend
+    skipped = "".join(f"\nSkipped dataset {name}: {reason}\n" for name, reason in (skipped_datasets or {}).items())
+    return "\n".join(lines) + "\n" + legend + skipped
 
 
 def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Mapping],
                  out_csv: str | Path, out_md: str | Path, out_counts: str | Path,
-                 out_bsc_curve: str | Path | None = None) -> pl.DataFrame:
+                 out_bsc_curve: str | Path | None = None,
+                 skipped_datasets: Mapping[str, str] | None = None) -> pl.DataFrame:
     paths = list(metrics_paths)
     metrics = load_metrics(paths) if paths else _empty_metrics()
     table, counts = build_table1(metrics, variants)
+    for name, reason in (skipped_datasets or {}).items():
+        log.warning("dataset %s is not in Table 1: %s", name, reason)
     write_text_atomic(out_csv, table.write_csv(float_precision=6))
-    write_text_atomic(out_md, to_markdown(table))
+    write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets))
     write_text_atomic(out_counts, counts.write_csv())
     if out_bsc_curve is not None:
         write_text_atomic(out_bsc_curve, bsc_curve(metrics).write_csv(float_precision=6))

@@ -121,7 +121,9 @@ FIGURE1 = _figure1_choice()
 
 
 def metrics_files():
-    return expand("results/metrics/{run}/{dataset}.parquet", run=list(RUNS), dataset=EVAL_DATASETS)
+    # A run covers the eval datasets of its variant's tasks only (a task's student, its own task).
+    return [f"results/metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items() for ds in EVAL_DATASETS
+            if config["datasets"][ds]["task"] in config["variants"][name]["tasks"]]
 
 
 def run_variant(wildcards):

@@ -12,7 +12,7 @@ rule generate_synthetic:
         spec=lambda wc: rule_params(config["synthetic"][wc.collection]),
         out_dir=lambda wc: f"resources/datasets/{wc.collection}",
     conda:
-        "../envs/cpu.yaml"
+        "../envs/retrieval.yaml"
     log:
         "logs/generate_synthetic/{collection}.log",
     script:
@@ -31,7 +31,7 @@ rule generate_synthetic_task:
     params:
         spec=lambda wc: rule_params(config["synthetic_tasks"][wc.taskset]),
     conda:
-        "../envs/cpu.yaml"
+        "../envs/retrieval.yaml"
     log:
         "logs/generate_synthetic_task/{taskset}/{split}/{kind}.log",
     script:

@@ -14,7 +14,7 @@ rule build_fixture:
         seed=config["protocol"]["seed"],
         meta=lambda wc: rule_params(config["datasets"][wc.dataset], {"seed": config["protocol"]["seed"]}),
     conda:
-        "../envs/cpu.yaml"
+        "../envs/retrieval.yaml"
     log:
         "logs/build_fixture/{dataset}.log",
     resources:

@@ -7,11 +7,11 @@ rule fetch_model:
         spec=_model_spec,
         version=PRESDEP_VERSION,
     conda:
-        "../envs/cpu.yaml"
+        "../envs/gpu.yaml"
     log:
         "logs/fetch_model/{model}.log",
     benchmark:
-        "benchmarks/out/fetch_model/{model}.tsv"
+        "results/benchmarks/fetch_model/{model}.tsv"
     resources:
         mem_mb=lambda wc: int(_model_spec(wc)["mem_mb"]),
         runtime=60,

@@ -29,11 +29,11 @@ rule read_answers:
         max_doc_chars=lambda wc: int(protocol_for(config, wc.dataset)["max_doc_chars"]),
         version=PRESDEP_VERSION,
     conda:
-        "../envs/cpu.yaml"
+        "../envs/gpu.yaml"
     log:
         "logs/read_answers/{variant}/{dataset}.log",
     benchmark:
-        "benchmarks/out/read_answers/{variant}/{dataset}.tsv"
+        "results/benchmarks/read_answers/{variant}/{dataset}.tsv"
     threads: MODEL_THREADS
     resources:
         mem_mb=lambda wc: int(READER_SPEC["mem_mb"]),

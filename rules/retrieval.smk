@@ -18,7 +18,7 @@ rule build_index:
     log:
         "logs/build_index/{index}.log",
     benchmark:
-        "benchmarks/out/build_index/{index}.tsv"
+        "results/benchmarks/build_index/{index}.tsv"
     threads: 4
     resources:
         # SciFact: ~15 s, < 2 GB; MS MARCO passage (8.8M): ~15 min on 8 threads, ~8 GB.
@@ -48,7 +48,7 @@ rule retrieve:
     log:
         "logs/retrieve/{dataset}.log",
     benchmark:
-        "benchmarks/out/retrieve/{dataset}.tsv"
+        "results/benchmarks/retrieve/{dataset}.tsv"
     threads: 4
     resources:
         mem_mb=4000,

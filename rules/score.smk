@@ -11,12 +11,14 @@ rule score:
         seed=lambda wc: run_variant(wc)[1],
         protocol=lambda wc: protocol_for(config, wc.dataset),
         version=PRESDEP_VERSION,
+        # Where model reads are cached ("": off); a cache hit equals a fresh read bit for bit.
+        read_cache=lambda wc: config["read_cache"]["dir"] if config["read_cache"]["enabled"] else "",
     conda:
-        "../envs/cpu.yaml"
+        lambda wc: {"hosted": "../envs/hosted.yaml", "identity": "../envs/cpu.yaml"}.get(_scorer_of(wc), "../envs/gpu.yaml")
     log:
         "logs/score/{variant}/{dataset}.log",
     benchmark:
-        "benchmarks/out/score/{variant}/{dataset}.tsv"
+        "results/benchmarks/score/{variant}/{dataset}.tsv"
     threads: _score_threads
     resources:
         mem_mb=lambda wc: 1000 if _scorer_of(wc) == "identity" else 8000,

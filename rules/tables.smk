@@ -16,6 +16,7 @@ rule table1:
         bsc_curve="results/bsc_curve.csv",
     params:
         variants=config["variants"],
+        skipped_datasets=config["skipped_datasets"],
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"

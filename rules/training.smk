@@ -13,11 +13,11 @@ rule silver_labels:
         cache_dir=lambda wc: f"results/cache/hosted/{wc.teacher}",
         version=PRESDEP_VERSION,
     conda:
-        "../envs/cpu.yaml"
+        lambda wc: "../envs/gpu.yaml" if _is_open_weight(wc) else "../envs/hosted.yaml"
     log:
         "logs/silver_labels/{teacher}/{dataset}.log",
     benchmark:
-        "benchmarks/out/silver_labels/{teacher}/{dataset}.tsv"
+        "results/benchmarks/silver_labels/{teacher}/{dataset}.tsv"
     threads: lambda wc: MODEL_THREADS if _is_open_weight(wc) else 1
     resources:
         mem_mb=lambda wc: 8000 if _is_open_weight(wc) else 2000,
@@ -26,18 +26,6 @@ rule silver_labels:
         teacher_api=lambda wc: 0 if _is_open_weight(wc) else 1,
     script:
         "../scripts/silver_labels.py"
-
-
-_SELECTION_KEYS = ("lambda_rule", "lambda_fixed", "collapse_floor")
-
-
-def _selection_settings(wc):
-    """The selection rule of a trained variant: the train dataset's task picks it (OC-SFT only)."""
-    s = TRAINED[wc.variant]["student"]
-    task = config["datasets"][s["train"]]["task"]
-    which = s["lambda_rule"][task] if s["objective"] == "oc_sft" else "checkpoint"
-    return {"task": task, "rule": which, "converged_step": s["lambda_warmup_steps"],
-            "collapse_floor": s["collapse_floor"], "fixed_lambda": s["lambda_fixed"]}
 
 
 rule train_student:
@@ -56,11 +44,11 @@ rule train_student:
         protocol=lambda wc: protocol_for(config, _student(wc)[2]["train"]),
         version=PRESDEP_VERSION,
     conda:
-        "../envs/cpu.yaml"
+        "../envs/training.yaml"
     log:
         "logs/train_student/{student}/seed{seed}.log",
     benchmark:
-        "benchmarks/out/train_student/{student}/seed{seed}.tsv"
+        "results/benchmarks/train_student/{student}/seed{seed}.tsv"
     threads: lambda wc: 4 if _on_gpu(wc) else MODEL_THREADS
     resources:
         gpu=lambda wc: 1 if _on_gpu(wc) else 0,

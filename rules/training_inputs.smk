@@ -1,8 +1,10 @@
 # Training: silver labels from a teacher, LoRA students (objective x lambda x seed), lambda selection.
 #
 # A trained variant carries a `student:` block; each value of its `lambda` list is one student
-# `<variant>__lambda<L>`, trained once per seed. `select_lambda` picks, on the held-out split only,
-# the largest lambda within one standard error of the best, at its earliest best checkpoint.
+# `<variant>__lambda<L>`, trained once per seed. `select_lambda` picks OC-SFT's lambda on the
+# held-out split only, as `student.lambda_rule` says for the train dataset's task (reranking:
+# one standard error with a collapse floor; QA: the mean over seeds; responses: a fixed
+# value); other objectives keep each seed's best held-out checkpoint.
 #   teachers: {self: {kind: open_weight, model: smollm2, T: 4},
 #              gpt:  {kind: hosted, provider: openai, base_url: ..., model: ..., api_key_env: OPENAI_API_KEY, T: 10}}
 # Hosted calls are throttled cluster-wide with `--resources teacher_api=N`.
@@ -98,3 +100,15 @@ def _selection_runs(wc):
         for lam in _lambdas(v)
         for seed in seeds
     ]
+
+
+_SELECTION_KEYS = ("lambda_rule", "lambda_fixed", "collapse_floor")
+
+
+def _selection_settings(wc):
+    """How a trained variant's lambda is chosen; the train dataset's task decides (OC-SFT only)."""
+    s = TRAINED[wc.variant]["student"]
+    task = config["datasets"][s["train"]]["task"]
+    which = s["lambda_rule"][task] if s["objective"] == "oc_sft" else "checkpoint"
+    return {"task": task, "rule": which, "converged_step": s["lambda_warmup_steps"],
+            "collapse_floor": s["collapse_floor"], "fixed_lambda": s["lambda_fixed"]}

@@ -15,4 +15,5 @@ score_dataset_files(
     selected_path=snakemake.input.get("selected"),
     seed=snakemake.params.seed,
     threads=snakemake.threads,
+    read_cache=snakemake.params.read_cache or None,
 )

@@ -10,4 +10,5 @@ write_table1(
     snakemake.output.md,
     snakemake.output.counts,
     snakemake.output.bsc_curve,
+    skipped_datasets=snakemake.params.skipped_datasets,
 )

@@ -15,7 +15,7 @@ from presdep.config import (
     schema_defaults,
     validate_config,
 )
-from workflow_utils import REPO, scratch_workflow, snakemake
+from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 SCHEMA = SCHEMA_PATH
 
@@ -188,3 +188,35 @@ def test_parsing_the_workflow_changes_no_environment():
     assert not offenders, offenders
     for env in ("cpu", "gpu", "retrieval"):
         assert (REPO / "envs" / f"{env}.post-deploy.sh").read_text().strip().endswith("envs/install-presdep.sh")
+
+
+def test_capcal_names_the_run_whose_probabilities_it_recalibrates(default_config):
+    """No probe dataset picked from the first key of a dict: CapCal says which run it reuses."""
+    config = copy.deepcopy(default_config)
+    del config["variants"]["capcal"]["reuse_scores_of"]
+    assert "variants.capcal: 'reuse_scores_of' is a required property" in _error(config)
+
+
+def test_figure1_is_named_never_guessed(tmp_path):
+    """Without `figure1` the figure is not built and asking for it says what to set; a name
+    that is not a run or an eval dataset of the config is refused at parse time."""
+    work = scratch_workflow(tmp_path)
+    config = load_yaml(REPO / "workflow_config.yaml")
+    import yaml
+
+    del config["figure1"]
+    (work / "nofig.yaml").write_text(yaml.safe_dump(config))
+    res = snakemake(work, "results/figure1.svg", "-n", "--cores", "1", "--configfile", "nofig.yaml", check=False)
+    assert res.returncode != 0
+    assert "results/figure1.svg needs `figure1: {variant: <scoring run>, dataset: <eval dataset>}`" in res.stdout + res.stderr
+    dry = snakemake(work, "-n", "--cores", "1", "--configfile", "nofig.yaml")
+    assert "figure1" not in planned_jobs(dry.stdout + dry.stderr)
+
+    config["figure1"] = {"variant": "oc_sft", "dataset": "synthetic"}  # a trained variant's run carries its seed
+    (work / "badfig.yaml").write_text(yaml.safe_dump(config))
+    res = snakemake(work, "-n", "--cores", "1", "--configfile", "badfig.yaml", check=False)
+    assert res.returncode != 0 and "figure1.variant: 'oc_sft' is not a scoring run of this config" in res.stdout + res.stderr
+    config["figure1"] = {"variant": "oc_sft/seed42", "dataset": "synthetic"}
+    (work / "trained.yaml").write_text(yaml.safe_dump(config))
+    dry = snakemake(work, "-n", "--cores", "1", "--configfile", "trained.yaml")
+    assert planned_jobs(dry.stdout + dry.stderr)["figure1"] == 1

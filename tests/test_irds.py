@@ -102,24 +102,17 @@ def test_scifact_from_local_files_matches_beir_reader(shared_data: Path, tmp_pat
     assert result["sha"] == h.hexdigest()
 
 
-def test_catalogue_populations_and_first_stage() -> None:
-    """The dataset catalogue: population sizes, k_input, BM25 regimes, resolvable ir_datasets ids."""
+def test_catalogue_ir_datasets_alternatives_resolve() -> None:
+    """Every ir_datasets alternative the catalogue names is a registered ir_datasets id."""
     import ir_datasets
-    import yaml
 
-    cat = yaml.safe_load((REPO / "presdep" / "catalogue.yaml").read_text(encoding="utf-8"))
-    in_table = {pop: [n for n, e in cat[pop].items() if e["in_table1"]] for pop in ("rerank", "qa", "response")}
-    assert {pop: len(v) for pop, v in in_table.items()} == {"rerank": 18, "qa": 3, "response": 5}
-    assert sorted(n for n, e in cat["rerank"].items() if not e["distributed"]) == ["legal-a", "legal-b"]
-    regimes = cat["first_stage_regimes"]
-    for name, e in cat["rerank"].items():
-        cand = e["candidates"]
-        assert cand["format"] == "bm25" and cand["k"] == cat["defaults"]["k_input"] == 100, name
-        assert (cand["k1"], cand["b"]) == (regimes[e["regime"]]["k1"], regimes[e["regime"]]["b"]), name
-        expected = (0.82, 0.68) if name in ("dl19", "dl20") else (0.9, 0.4)
-        assert (cand["k1"], cand["b"]) == expected, name
-        ids = [e.get("irds"), e.get("irds_docs")] + [
-            src.get("id") for src in (cand["corpus"], cand["topics"], e["qrels"]) if src["format"] == "irds"
-        ]
-        for irds_id in filter(None, ids):
+    from presdep.catalogue import load_catalogue
+
+    cat = load_catalogue()
+    alternatives = [(name, e["source"]["alternative"]) for name, e in cat["datasets"].items()
+                    if (e["source"].get("alternative") or {}).get("kind") == "irds"]
+    assert len(alternatives) >= 14
+    for name, alt in alternatives:
+        for irds_id in (alt["id"], alt["corpus"]):
             assert irds_id in ir_datasets.registry, f"{name}: {irds_id}"
+

@@ -386,7 +386,7 @@ def test_snakemake_rules_run_end_to_end(java_ok: Path, tmp_path: Path) -> None:
     assert (tmp_path / "results/tiny/first_stage.trec").is_file()
     assert yaml.safe_load((tmp_path / "results/tiny/dataset_meta.yaml").read_text())["params"]["k"] == 3
     assert "Indexing Complete" in (tmp_path / "logs/build_index/shared.log").read_text()
-    assert (tmp_path / "benchmarks/out/retrieve/tiny.tsv").is_file()
+    assert (tmp_path / "results/benchmarks/retrieve/tiny.tsv").is_file()
     # a dataset without bm25 candidates does not resolve to these rules
     dry = subprocess.run([*cmd, "-n", "results/other/first_stage.parquet"], capture_output=True, text=True, env=env, timeout=120)
     assert dry.returncode != 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -322,3 +323,54 @@ def test_identity_first_stage_pass_on_dl19_gives_the_bm25_ndcg(tmp_path, shared_
     per_q = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10"}).evaluate(run)
     assert len(per_q) == 43
     assert round(float(np.mean([v["ndcg_cut_10"] for v in per_q.values()])), 4) == 0.5058
+
+
+def test_default_profile_sums_benchmarks_logs_and_cache_counts(tmp_path, caplog):
+    """benchmarks/default_profile.py on a hand-made results tree: sums worked out by hand."""
+    import importlib.util
+    import logging
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "default_profile", Path(__file__).resolve().parents[1] / "benchmarks" / "default_profile.py")
+    prof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prof)
+
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    files = {"score/a/x.tsv": "10.50\t0:00:10\t1\t1\t1\t1\t0\t0\t150\t20.00\n",
+             "score/b/x.tsv": "4.00\t0:00:04\t1\t1\t1\t1\t0\t0\t90\t-\n",
+             "fetch_model/smollm2.tsv": "29.00\t0:00:29\t1\t1\t1\t1\t0\t0\t100\t30.50\n"}
+    for rel, row in files.items():
+        p = tmp_path / "results" / "benchmarks" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(header + row)
+    # One real score job's log line, and a job of another scorer written by hand.
+    cand = make_candidates(2, 4)
+    with caplog.at_level(logging.INFO, logger="presdep.scoring.run"):
+        got = score_dataset(cand, dataset="toy", variant={**V, "scorer": "identity"}, protocol=PROTOCOL,
+                            out_path=tmp_path / "results" / "scores" / "bm25" / "toy.parquet", startup_s=1.5)
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("profile "))
+    assert json.loads(line[len("profile "):]) == got and got["startup_s"] == 1.5 and got["queries"] == 2
+    logs = tmp_path / "logs" / "score"
+    (logs / "bm25").mkdir(parents=True)
+    (logs / "bm25" / "toy.log").write_text("2026 INFO x: start\n2026 INFO presdep.scoring.run: " + line + "\n")
+    (logs / "ots").mkdir()
+    (logs / "ots" / "toy.log").write_text('2026 INFO run: profile {"prompts": 10, "prompts_read": 4, "tokens_read": 2000, '
+                                          '"forward_s": 4.0, "startup_s": 3.0, "model_load_s": 1.0}\n')
+    pl.DataFrame({"x": [1]}).write_parquet(tmp_path / "results" / "scores" / "bm25" / "ignored.parquet")
+    import pyarrow as pa
+
+    from presdep.schemas import METADATA_KEY
+
+    for name, (h, m) in {"ots": (6, 2), "rr": (3, 5)}.items():
+        t = pa.table({"x": [1]}).replace_schema_metadata({METADATA_KEY: json.dumps({"read_cache": {"hits": h, "misses": m}})})
+        (tmp_path / "results" / "scores" / name).mkdir()
+        pq.write_table(t, tmp_path / "results" / "scores" / name / "toy.parquet")
+    rep = prof.report(tmp_path)
+    assert rep["rules"]["score"] == {"jobs": 2, "wall_s": 14.5, "cpu_s": 20.0, "cpu_unknown": 1}
+    assert rep["rules"]["fetch_model"]["cpu_s"] == 30.5 and rep["total_wall_s"] == 43.5
+    s = rep["scoring"]
+    assert (s["jobs"], s["model_jobs"], s["prompts"], s["prompts_read"]) == (2, 1, 10, 4)
+    assert s["tokens_per_s"] == 500.0 and s["startup_s"] == 4.5 and s["forward_s"] == 4.0
+    assert rep["read_cache"] == {"files": 2, "hits": 9, "misses": 7, "hit_rate": 9 / 16}  # identity uses no cache
+    assert "| score | 2 | 14.5 | 20.0 |" in prof.render(rep)

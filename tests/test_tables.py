@@ -81,3 +81,68 @@ def test_bsc_curve_and_files(tmp_path):
                                   "qa_tau_psi", "qa_answer_flip", "resp_ndcg1", "resp_tau_psi", "resp_pair_flip"]
     assert pl.read_csv(out["bsc.csv"]).height == 2
     assert "warnings" in pl.read_csv(out["c.csv"]).columns
+
+
+def test_degenerate_threshold_fires_from_scores_to_counts(caplog):
+    """A constructed run whose t* sits below every score: every shuffle keeps the whole pool,
+    so Jaccard reads 1 by construction; the metrics job logs it and the counts file lists it."""
+    import logging
+
+    from presdep.metrics.compute import compute_metrics
+
+    docs = ["d1", "d2", "d3", "d4"]
+    qrels = pl.DataFrame({"query_id": ["q1", "q2"], "doc_id": ["d1", "d2"], "relevance": [1, 2]},
+                         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    rows = []
+    # shuffles present the docs in different orders with different scores, all within [1, 2]
+    orders = {0: [0, 1, 2, 3], 1: [3, 2, 1, 0], 2: [1, 3, 0, 2]}
+    for q in ("q1", "q2", "q3"):  # q3 has no judged document at all
+        for pert, ms in (("first_stage", [0]), ("random_shuffle", [0, 1, 2])):
+            for m in ms:
+                for pos, i in enumerate(orders[m]):
+                    rows.append({"query_id": q, "doc_id": docs[i], "perturbation": pert, "presentation": m,
+                                 "position": pos, "prompt": 0, "slot": pos, "score": 1.0 + (i * (m + 1) % 4) / 4})
+    scores = pl.DataFrame(rows).with_columns(pl.col("presentation", "position", "prompt", "slot").cast(pl.Int32))
+    thresholds = {"t_star": 0.5, "split_seed": 1, "canonical_presentation": 0, "dev_queries": [],
+                  "test_queries": ["q1", "q2", "q3"], "grid_size": 41}
+    with caplog.at_level(logging.WARNING):
+        metrics = compute_metrics(scores, qrels, dataset="a", task="rerank", variant="ots", seed=None,
+                                  thresholds=thresholds)
+    assert any("keeps every candidate" in r.getMessage() for r in caplog.records)
+    assert any("no relevant document" in r.getMessage() for r in caplog.records)
+    agg = {r["metric"]: r["value"] for r in metrics.filter(pl.col("query_id").is_null()
+                                                          & (pl.col("perturbation") == "random_shuffle")).iter_rows(named=True)}
+    assert agg["warn_threshold_keeps_all"] == 1.0 and agg["warn_threshold_keeps_none"] == 0.0
+    assert agg["warn_queries_without_relevant"] == 1.0  # q3
+    assert agg["jaccard"] == 1.0 and agg["set_flip"] == 0.0  # the misleading "perfectly stable" reading
+    _, counts = build_table1(metrics, {"ots": {"label": "Off the shelf"}})
+    cell = counts.filter(pl.col("column") == "rerank_jaccard").row(0, named=True)
+    assert cell["warnings"] == ("a: t* keeps every candidate; "
+                                "a: queries without a relevant document in the pool (1)")
+
+
+def test_students_of_one_label_make_one_row_and_a_clash_is_an_error():
+    """A trained objective is one student per task pool: its cells come from different variants."""
+    rows = _rows("oc_rerank", 42, "a", "ndcg@10", "first_stage", {"q1": 0.6})
+    rows += _rows("oc_qa", 42, "h", "ndcg@10", "first_stage", {"x1": 0.8}, task="qa")
+    variants = {"oc_rerank": {"label": "OC-SFT", "note": "reranking pool"}, "oc_qa": {"label": "OC-SFT"}}
+    table, counts = build_table1(pl.DataFrame(rows, schema=SCHEMA), variants)
+    assert table.height == 1
+    row = table.row(0, named=True)
+    assert row["variant"] == "oc_rerank+oc_qa" and row["label"] == "OC-SFT" and row["note"] == "reranking pool"
+    assert row["rerank_ndcg10"] == pytest.approx(0.6) and row["qa_ndcg10"] == pytest.approx(0.8)
+    assert {r["variant"] for r in counts.iter_rows(named=True)} == {"oc_rerank", "oc_qa"}, "counts stay per variant"
+    clash = _rows("oc_qa", 42, "a", "ndcg@10", "first_stage", {"q1": 0.1})
+    with pytest.raises(ValueError, match="share the label 'OC-SFT' and both fill \\['rerank_ndcg10'\\]"):
+        build_table1(pl.DataFrame(rows + clash, schema=SCHEMA), variants)
+
+
+def test_hosted_rows_report_no_tau_psi_and_skipped_datasets_are_named():
+    rows = _rows("gpt", None, "a", "ndcg@10", "first_stage", {"q1": 0.5})
+    rows += _rows("gpt", None, "a", "tau_psi", "random_shuffle", {"q1": 0.4})
+    table, _ = build_table1(pl.DataFrame(rows, schema=SCHEMA), {"gpt": {"label": "GPT", "scorer": "hosted"}})
+    row = table.row(0, named=True)
+    assert row["rerank_ndcg10"] == pytest.approx(0.5) and row["rerank_tau_psi"] is None
+    assert "tau-PSI not reported" in row["note"]
+    md = to_markdown(table, skipped_datasets={"legal-a": "proprietary: supply its files"})
+    assert "Skipped dataset legal-a: proprietary: supply its files" in md

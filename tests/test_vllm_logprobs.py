@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from presdep.scoring.backends import MissingGradeLogprob, grade_probs_from_logprobs
+from presdep.scoring.vllm_backend import MissingGradeLogprob, grade_probs_from_logprobs
 
 GRADE_IDS = (15, 16, 17, 18)  # token ids of "0".."3" in some vocabulary
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import polars as pl
 
 from presdep.metrics.compute import TASKS, compute_metrics, write_metrics
 from presdep.metrics.thresholds import SPLIT_SEED, split_queries, tune_thresholds
-from presdep.views import FIRST_STAGE
 from presdep.schemas import read_table
+from presdep.views import FIRST_STAGE
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,24 @@ def aggregate_table(metrics: pl.DataFrame) -> pl.DataFrame:
     return metrics.filter(pl.col("query_id").is_null()).select("perturbation", "metric", "value")
 
 
+def single_presentation_note(scores: pl.DataFrame) -> str | None:
+    """The message for perturbations with fewer than two presentations (None when all have two or more).
+
+    tau-PSI, the Jaccard family and the flips compare presentations in pairs, so with
+    M < 2 they are undefined and the metrics table holds nulls for them.
+    """
+    counts = (
+        scores.filter(pl.col("perturbation") != FIRST_STAGE)
+        .group_by("perturbation").agg(pl.col("presentation").n_unique().alias("m")).sort("perturbation")
+    )
+    short = [(r["perturbation"], r["m"]) for r in counts.iter_rows(named=True) if r["m"] < 2]
+    if counts.height and not short:
+        return None
+    where = ", ".join(f"{p} has M = {m}" for p, m in short) or "no shuffled presentation at all"
+    return (f"{where}: M < 2 leaves tau-PSI and Jaccard (and the flips) undefined, reported as null; "
+            "give at least two presentations (two --runs, or a scores file with M >= 2)")
+
+
 def run(args: argparse.Namespace) -> int:
     if bool(args.scores) == bool(args.runs):
         raise ValueError("give either a SCORES Parquet file or --runs RUN1 RUN2 ..., not both or neither")
@@ -99,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         scores = runs_to_scores(args.runs, args.perturbation, args.first_stage_run)
     else:
         scores = read_table(args.scores, "scores")
+    note = single_presentation_note(scores)
+    if note:
+        print(f"presdep metrics: warning: {note}", file=sys.stderr)
     thresholds = None
     if args.threshold is not None:
         dev, test = split_queries(scores["query_id"].unique().to_list(), args.split_seed)

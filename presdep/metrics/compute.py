@@ -1,5 +1,5 @@
 """From a ``scores`` table (+ qrels, answers, the threshold artifact) to the long
-``metrics`` table (METHODS.md v2).
+``metrics`` table (docs/README.md: one page per metric).
 
 Perturbations are never pooled: every perturbation in ``scores`` gets its own
 rows. Quality cells come from the first-stage pass (perturbation
@@ -213,7 +213,7 @@ def _view(scores: pl.DataFrame, bsc_k: int, ensembles: int) -> pl.DataFrame:
     perts = sorted(set(scores["perturbation"].cast(pl.String).unique().to_list()) - {FIRST_STAGE})
     if CANONICAL in perts:
         raise ValueError(
-            "scores hold a 'canonical' perturbation (the v1 first-stage rows); METHODS v2 names the "
+            "scores hold a 'canonical' perturbation (the v1 first-stage rows); presdep now names the "
             "first-stage pass 'first_stage' and uses shuffle 0 as canonical: re-score this variant"
         )
     parts = [first_stage_pass(scores, bsc_k=bsc_k, ensembles=ensembles).with_columns(
@@ -605,6 +605,7 @@ def metrics_from_files(
     file records in its metadata.
     """
     from presdep.metrics.thresholds import read_thresholds
+    from presdep.schemas import read_metadata as read_metadata_of
     from presdep.schemas import read_table
 
     if task == "qa" and reader_k is None:
@@ -626,6 +627,15 @@ def metrics_from_files(
         ensembles=ensembles,
         reader_k=reader_k if reader_k is not None else READER_K,
     )
+    stats = read_metadata_of(scores_path).get("scorer_stats") or {}
+    if "parse_failures" in stats:  # generative listwise: windows whose reply needed the repair rule
+        extra = [("parse_failures", float(stats["parse_failures"])),
+                 ("parse_failure_share", stats["parse_failures"] / stats["windows"] if stats.get("windows") else None)]
+        metrics = pl.concat([metrics, pl.DataFrame({
+            "dataset": [dataset] * 2, "task": [task] * 2, "variant": [variant] * 2,
+            "seed": pl.Series([seed] * 2, dtype=pl.Int32), "perturbation": [FIRST_STAGE] * 2,
+            "query_id": pl.Series([None, None], dtype=pl.String), "metric": [m for m, _ in extra],
+            "value": pl.Series([v for _, v in extra], dtype=pl.Float64)})])
     params = {
         "dataset": dataset, "task": task, "variant": variant, "seed": seed,
         "scores": str(scores_path), "qrels": str(qrels_path),

@@ -1,6 +1,6 @@
 """The reranking threshold t*: a development/test split and a threshold tuned on it.
 
-Protocol (METHODS.md, "Retained-set Jaccard"):
+Protocol (docs/jaccard.md):
 
 * Split: each dataset's queries are ordered by sha256(f"{split_seed}:{query_id}")
   (ties, impossible in practice, by query id); the first floor(n/2) are the

@@ -1,4 +1,5 @@
-"""Scorer backends: identity (first-stage order), transformers (reference), vLLM (GPU).
+"""Scorer backends: identity (first-stage order), transformers (reference); vLLM lives in
+:mod:`presdep.scoring.vllm_backend`.
 
 The factories ``make_<name>(variant, protocol)`` are what the registry in
 :mod:`presdep.scoring` calls.
@@ -7,7 +8,7 @@ The factories ``make_<name>(variant, protocol)`` are what the registry in
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from presdep.scoring import GradeReadout
 
@@ -58,7 +59,9 @@ class TransformersScorer:
     """Reference backend: the one-pass readout with a Hugging Face causal LM.
 
     Prompts are sorted by length and batched (right padding); results come back
-    in input order, one readout per document in slot order.
+    in input order, one readout per document in slot order. With a read cache
+    (:meth:`use_read_cache`) only prompts whose token ids were never read under
+    this identity reach the model; the counters below say how many did.
     """
 
     name = "transformers"
@@ -75,7 +78,10 @@ class TransformersScorer:
         model_desc: Mapping[str, Any] | None = None,
         progress: bool = False,
         instruction: str | None = None,
+        model_identity: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+        dtype_reason: str | None = None,
     ):
+        from presdep.scoring.read_cache import Stopwatch
         from presdep.scoring.template import SkeletonBuilder, load_template
 
         if batch_size < 1:
@@ -90,45 +96,126 @@ class TransformersScorer:
         self.batch_size = int(batch_size)
         self.pad_id = _pad_id(tokenizer)
         self.model_desc = dict(model_desc or {"class": type(model).__name__})
+        # A mapping, or a function giving one (hashing weights only when a cache asks).
+        self.model_identity = model_identity
+        self.dtype_reason = dtype_reason
         self.progress = progress
+        self.read_cache = None
+        # What the profile reports: prompts asked for, prompts and tokens the model read, and time in forward passes.
+        self.prompts_asked = 0
+        self.prompts_read = 0
+        self.tokens_read = 0
+        self.forward = Stopwatch()
 
     @property
     def device(self):
         return next(self.model.parameters()).device
 
+    @property
+    def dtype_name(self) -> str:
+        from presdep.models import dtype_name
+
+        return dtype_name(next(self.model.parameters()).dtype)
+
     def describe(self) -> dict:
-        return {
+        out = {
             "scorer": self.name,
             "model": self.model_desc,
             "template": self.builder.template.name,
             "template_sha256": self.template_sha256,
             "instruction": self.builder.instruction,
-            "dtype": str(next(self.model.parameters()).dtype),
+            "dtype": self.dtype_name,
             "device_type": self.device.type,
             "grade_token_ids": list(self.grade_ids),
         }
+        if self.dtype_reason:
+            out["dtype_reason"] = self.dtype_reason
+        return out
+
+    def cache_identity(self) -> dict:
+        """Everything a stored read depends on besides its token ids (the read cache's folder)."""
+        import torch
+        import transformers
+
+        ident = self.model_identity() if callable(self.model_identity) else self.model_identity
+        if ident is None:
+            raise ValueError("a read cache needs the scorer's model_identity (the pinned source or weights hash); "
+                             "make_transformers sets it, a hand-built TransformersScorer must pass it")
+        return {
+            "model": dict(ident),
+            "adapter_sha256": self.model_desc.get("adapter_sha256"),
+            "template_sha256": self.template_sha256,
+            "dtype": self.dtype_name,
+            "device_type": self.device.type,
+            "grade_token_ids": list(self.grade_ids),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        }
+
+    def use_read_cache(self, root: Any) -> Any:
+        """Read through a :class:`presdep.scoring.read_cache.ReadCache` under ``root``; returns it."""
+        from presdep.scoring.read_cache import ReadCache
+
+        self.read_cache = ReadCache(root, self.cache_identity())
+        return self.read_cache
 
     def build(self, query: str, docs: Sequence[str]):
         return self.builder.build(query, docs)
 
-    def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list:
-        """P(grade) per slot for each prompt: a list of float64 arrays [n_docs, 4]."""
+    def read_built(self, built: Sequence[Any]) -> list:
+        """The model's P(grade) per slot for built prompts: float64 arrays [n_slots, 4]."""
         import torch
         from tqdm.auto import tqdm
 
         from presdep.scoring.readout import grade_probs, pad_batch, slot_grade_logits
 
-        built = [self.build(q, d) for q, d in prompts]
         order = sorted(range(len(built)), key=lambda i: -len(built[i].ids))  # similar lengths together
         out: list = [None] * len(built)
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        with torch.inference_mode():
+        with torch.inference_mode(), self.forward:
             for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
                 ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
                 # Right padding + causal attention: no mask needed (see slot_grade_logits).
                 probs = grade_probs(slot_grade_logits(self.model, ids, None, reads, self.grade_ids)).cpu().numpy()
                 for row, i in enumerate(idx):
                     out[i] = probs[row, : len(built[i].read_positions)]
+        self.prompts_read += len(built)
+        self.tokens_read += sum(len(b.ids) for b in built)
+        return out
+
+    def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list:
+        """P(grade) per slot for each prompt: a list of float64 arrays [n_docs, 4]."""
+        built = [self.build(q, d) for q, d in prompts]
+        self.prompts_asked += len(built)
+        cache = self.read_cache
+        if cache is None:
+            return self.read_built(built)
+        from presdep.scoring.read_cache import entry_key
+
+        cache.refresh()  # reads other jobs finished meanwhile
+        keys = [entry_key(b.ids, b.read_positions) for b in built]
+        out = [cache.get(k) for k in keys]
+        todo: dict[str, int] = {}  # key -> first prompt with it (a repeated prompt is read once)
+        for i, (k, got) in enumerate(zip(keys, out)):
+            if got is None:
+                todo.setdefault(k, i)
+        cache.hits += len(built) - len(todo)
+        cache.misses += len(todo)
+        if todo:
+            # The same length-sorted batches read_built would form; each batch is stored as
+            # soon as it is read, so a killed job repeats at most the batch in flight.
+            miss = list(todo.items())
+            miss = [miss[j] for j in sorted(range(len(miss)), key=lambda j: -len(built[miss[j][1]].ids))]
+            fresh: dict[str, Any] = {}
+            for start in range(0, len(miss), self.batch_size):
+                part = miss[start : start + self.batch_size]
+                for (k, _), probs in zip(part, self.read_built([built[i] for _, i in part])):
+                    fresh[k] = probs
+                    cache.put(k, probs)
+                cache.flush()
+            for i, k in enumerate(keys):
+                if out[i] is None:
+                    out[i] = fresh[k].copy()
         return out
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
@@ -153,19 +240,43 @@ def _model_spec(variant: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
+def model_identity(spec: Mapping[str, Any]) -> dict:
+    """What identifies a model's weights for the read cache: its pin where the spec has one
+    (a GGUF package file's sha256, a Hugging Face revision), else the hash of the loaded
+    directory's weights. Machine-local paths and config names never enter it."""
+    from presdep.scoring.read_cache import weights_sha256
+
+    source = spec.get("source")
+    if source == "gguf_package" and spec.get("sha256"):
+        return {k: spec[k] for k in ("source", "package", "file", "sha256")}
+    if source == "hf" and spec.get("revision"):
+        return {k: spec[k] for k in ("source", "id", "revision")}
+    path = spec.get("path")
+    if not path:
+        raise ValueError(f"cannot identify model {dict(spec)} for the read cache: no pin and no local directory")
+    from pathlib import Path
+
+    p = Path(path)
+    return {"weights_sha256": weights_sha256(p if p.is_dir() else p.parent)}
+
+
 def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> TransformersScorer:
-    from presdep.models import describe_model, load_model
+    from presdep.models import describe_model, load_model, resolve_device, resolve_dtype_choice
+    from presdep.scoring.read_cache import weights_sha256
 
     spec = _model_spec(variant)
     opts = _runtime_options(variant, spec)
-    model, tok = load_model(spec, **{k: opts[k] for k in ("device", "dtype") if k in opts})
+    device = resolve_device(opts.get("device"))
+    # auto: bfloat16 where this CPU computes it natively, float32 elsewhere (README, "Speed").
+    dtype, reason = resolve_dtype_choice(opts.get("dtype"), device, inference=True)
+    model, tok = load_model(spec, device=str(device), dtype=dtype)
     desc = describe_model(spec)
     if variant.get("adapter"):
         # A trained LoRA student: base model + adapter directory.
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(variant["adapter"])).eval()
-        desc = {**desc, "adapter": str(variant["adapter"])}
+        desc = {**desc, "adapter": str(variant["adapter"]), "adapter_sha256": weights_sha256(variant["adapter"])}
     return TransformersScorer(
         model, tok,
         max_doc_chars=protocol.get("max_doc_chars"),
@@ -174,6 +285,8 @@ def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -
         model_desc=desc,
         template=_template(protocol),
         instruction=protocol.get("instruction"),
+        model_identity=lambda: model_identity(spec),
+        dtype_reason=reason,
     )
 
 
@@ -189,144 +302,3 @@ def _template(protocol: Mapping[str, Any]):
     from presdep.scoring.template import DEFAULT_TEMPLATE, load_template
 
     return load_template(protocol.get("rubric") or DEFAULT_TEMPLATE)
-
-
-class MissingGradeLogprob(RuntimeError):
-    """A grade token is absent from the prompt logprobs vLLM returned for a read position."""
-
-
-def grade_probs_from_logprobs(
-    entry: Mapping[int, Any] | None, grade_ids: Sequence[int], *, where: str = "", logprobs_k: int | None = None
-) -> tuple[float, ...]:
-    """P(grade) from one position's returned logprobs, softmaxed over the grade tokens.
-
-    ``entry`` maps token id -> logprob (a float or an object with ``.logprob``, as vLLM
-    returns). Every grade token must be present: a missing one would otherwise be a
-    silent probability of 0, and which tokens fall outside the top k depends on the slot.
-    """
-    import math
-
-    entry = entry or {}
-    missing = [g for g, tid in enumerate(grade_ids) if tid not in entry]
-    if missing:
-        top = f"the top-{logprobs_k} " if logprobs_k else "the "
-        raise MissingGradeLogprob(
-            f"vllm readout{' at ' + where if where else ''}: grade(s) {missing} (token ids "
-            f"{[grade_ids[g] for g in missing]}) absent from {top}prompt logprobs ({len(entry)} tokens returned); "
-            "raise the variant's logprobs_k"
-        )
-    lps = []
-    for tid in grade_ids:
-        lp = float(getattr(entry[tid], "logprob", entry[tid]))
-        if math.isnan(lp) or lp == math.inf:
-            raise MissingGradeLogprob(f"vllm readout{' at ' + where if where else ''}: logprob {lp} for token {tid}")
-        lps.append(lp)
-    top_lp = max(lps)
-    if top_lp == -math.inf:
-        raise MissingGradeLogprob(f"vllm readout{' at ' + where if where else ''}: every grade token has logprob -inf")
-    ex = [math.exp(x - top_lp) for x in lps]
-    z = sum(ex)
-    return tuple(x / z for x in ex)
-
-
-class VLLMScorer:
-    """GPU backend: the same token sequence, read from vLLM prompt logprobs.
-
-    ``prompt_logprobs[t]`` is the distribution that predicted prompt token t, so
-    slot s is read at its dummy grade (read position + 1). vLLM returns the top
-    ``logprobs_k`` tokens plus the actual one (the dummy "0"); a grade token
-    outside them is an error (:class:`MissingGradeLogprob`, see
-    :func:`grade_probs_from_logprobs`), never a probability of 0.
-    """
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        max_doc_chars: int | None = None,
-        dtype: str = "auto",
-        logprobs_k: int = 20,
-        gpu_memory_utilization: float = 0.85,
-        max_model_len: int | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        model_desc: Mapping[str, Any] | None = None,
-        revision: str | None = None,
-        template: Any = None,
-        instruction: str | None = None,
-    ):
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise ImportError("the vllm scorer needs the GPU extra: pip install 'presdep[gpu]'") from exc
-        from presdep.scoring.template import SkeletonBuilder
-
-        kw: dict[str, Any] = {"dtype": "bfloat16" if dtype == "auto" else dtype,
-                              "gpu_memory_utilization": gpu_memory_utilization,
-                              "max_logprobs": max(logprobs_k, 20)}
-        if max_model_len:
-            kw["max_model_len"] = int(max_model_len)
-        if revision:
-            kw["revision"] = revision
-        self.llm = LLM(model=str(model_path), **kw)
-        tok = self.llm.get_tokenizer()
-        self.builder = SkeletonBuilder(tok, template, max_doc_chars, chat_template_kwargs, instruction)
-        self.grade_ids = self.builder.grade_ids
-        self.template_sha256 = self.builder.template.sha256
-        self.logprobs_k = int(logprobs_k)
-        self.model_desc = dict(model_desc or {"path": str(model_path)})
-        self.slots_read = 0
-
-    def describe(self) -> dict:
-        return {"scorer": self.name, "model": self.model_desc, "template": self.builder.template.name,
-                "template_sha256": self.template_sha256, "instruction": self.builder.instruction,
-                "logprobs_k": self.logprobs_k,
-                "grade_token_ids": list(self.grade_ids)}
-
-    def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        built = [self.builder.build(q, d) for q, d in prompts]
-        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=self.logprobs_k)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=b.ids) for b in built], params, use_tqdm=False)
-        result = []
-        for k, (b, out) in enumerate(zip(built, outs)):
-            plp = out.prompt_logprobs
-            if plp is None or len(plp) != len(b.ids):
-                raise RuntimeError(f"vLLM returned {None if plp is None else len(plp)} prompt logprobs for {len(b.ids)} tokens")
-            row = []
-            for s, r in enumerate(b.read_positions):
-                p = grade_probs_from_logprobs(plp[r + 1], self.grade_ids, where=f"prompt {k}, slot {s + 1}",
-                                              logprobs_k=self.logprobs_k)
-                row.append(GradeReadout(sum(g * pg for g, pg in enumerate(p)), p))
-                self.slots_read += 1
-            result.append(row)
-        return result
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
-
-
-def make_vllm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> VLLMScorer:
-    from presdep.models import describe_model
-
-    spec = _model_spec(variant)
-    if spec.get("path"):
-        path, revision = spec["path"], None
-    elif spec.get("source") == "hf":
-        path, revision = spec["id"], spec.get("revision")
-    else:
-        raise ValueError(f"vllm scorer needs a fetched model directory ('path') or an hf id: {dict(spec)}")
-    return VLLMScorer(
-        path,
-        max_doc_chars=protocol.get("max_doc_chars"),
-        **{k: v for k, v in _runtime_options(variant, spec).items() if k in ("dtype", "logprobs_k", "gpu_memory_utilization")},
-        max_model_len=spec.get("max_model_len"),
-        chat_template_kwargs=_runtime_options(variant, spec).get("chat_template_kwargs"),
-        model_desc=describe_model(spec),
-        revision=revision,
-        template=_template(protocol),
-        instruction=protocol.get("instruction"),
-    )

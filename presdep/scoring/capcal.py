@@ -3,7 +3,7 @@
 The prior q_s of a query is the grade distribution at slot s of a probe prompt: the
 SAME query with every document body replaced by an empty string, at the same prompt
 size (estimated per query). Calibration of a stored readout p at slot s
-(METHODS.md): alpha = beta * H(p) (nats), p' = p - alpha * (q_s - 1/4), clipped at
+(docs/variants.md): alpha = beta * H(p) (nats), p' = p - alpha * (q_s - 1/4), clipped at
 eps, renormalised; score = E[g] under p'. The off-the-shelf run's stored
 probabilities are reused, so the probes are the only new model work.
 The upstream generative variant uses alpha = min(5 H / log C, 2); not used here.

@@ -7,7 +7,9 @@ One job loops over all presentations (never a wildcard per presentation). Each
 finished query is flushed to a sidecar folder ``<out>.partial/`` (one Arrow IPC
 file per query, written atomically), so a job killed at any point resumes where
 it stopped; the final Parquet is written atomically and equals an uninterrupted
-run's, and the sidecar is then removed.
+run's, and the sidecar is then removed. A scorer that reads through the read cache
+(:mod:`presdep.scoring.read_cache`) also never repeats a prompt another variant, run or
+killed job has read; the sidecar then only saves re-assembling finished queries.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -136,7 +139,7 @@ def _orders_for_query(
     first-stage order, chunking). The first-stage pass and its edits (within_chunk,
     middle_injection) use the variant's chunking; a random shuffle is cut into consecutive
     prompts of B for every variant (under a uniform shuffle, round-robin and contiguous cuts
-    are the same distribution, METHODS.md)."""
+    are the same distribution, docs/variants.md)."""
     base = list(range(n))
     seed, b = p["seed"], p["B"]
     out: list[tuple[str, int, list[int], str]] = [(FIRST_STAGE, 0, base, v["chunking"])]
@@ -242,7 +245,9 @@ def score_dataset(
     out_path: str | os.PathLike,
     qrels: pl.DataFrame | None = None,
     scorer: Any = None,
-) -> None:
+    read_cache: str | os.PathLike | None = None,
+    startup_s: float | None = None,
+) -> dict:
     """Score the first-stage order once and every presentation of ``protocol["perturbations"]``.
 
     Rows: perturbation ``first_stage`` (presentation 0, the variant's chunking);
@@ -252,7 +257,11 @@ def score_dataset(
 
     Writes the ``scores`` contract to ``out_path`` (atomically), resuming from
     ``<out_path>.partial/`` when a previous run with the same inputs was killed.
+    ``read_cache``: the read cache's folder, used by scorers that support it (hits and
+    misses go into the metadata). Returns the job's profile (also logged as one
+    ``profile {json}`` line): prompts, tokens, seconds in start-up, model load, forward passes.
     """
+    t_start = time.perf_counter()
     v, p = resolve_variant(variant), resolve_protocol(protocol)
     _check_candidates(candidates)
     if v["calibration"] != "none":
@@ -262,8 +271,14 @@ def score_dataset(
         )
 
     out_path = Path(out_path)
+    t_load = time.perf_counter()
     if scorer is None:
         scorer = make_scorer(v, p)
+    load_s = time.perf_counter() - t_load
+    cache = None
+    if read_cache is not None and hasattr(scorer, "use_read_cache"):
+        cache = scorer.use_read_cache(read_cache)
+        log.info("%s: read cache %s (%d entries for this identity)", dataset, cache.dir, len(cache))
     template_sha = getattr(scorer, "template_sha256", None)
     describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
 
@@ -311,10 +326,20 @@ def score_dataset(
                 continue
             grades = grades_by_q.get(qid) if "middle_injection" in p["perturbations"] else None
             df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer)
+            if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
+                stats = json.dumps(scorer.take_stats(), sort_keys=True)
+                atomic_write(partial / (_partial_name(qid) + ".stats.json"), lambda f: Path(f).write_text(stats))
             _write_ipc_atomic(df, partial / _partial_name(qid))
             bar.update(1)
 
+    if cache is not None:
+        cache.compact_written()
     frames = [pl.read_ipc(partial / _partial_name(q)) for q in qids]
+    scorer_stats: dict[str, int] = {}
+    for q in qids:
+        sp = partial / (_partial_name(q) + ".stats.json")
+        for k, n in (json.loads(sp.read_text()) if sp.exists() else {}).items():
+            scorer_stats[k] = scorer_stats.get(k, 0) + int(n)
     scores = pl.concat(frames).sort("perturbation", "presentation", "query_id", "position")
     write_table(
         scores, out_path, "scores",
@@ -328,9 +353,33 @@ def score_dataset(
         template_sha256=template_sha,
         model=describe.get("model"),
         scorer=describe,
+        dtype=describe.get("dtype"),  # part of every score's identity (auto resolves per processor)
         middle_injection_skipped=skipped,
+        scorer_stats=scorer_stats or None,
+        **({"read_cache": {**cache.stats(), "queries_resumed": len(done)}} if cache is not None else {}),
     )
     shutil.rmtree(partial)
+    profile = _profile(scorer, cache, dataset=dataset, queries=len(qids), resumed=len(done), startup_s=startup_s,
+                       load_s=load_s, total_s=time.perf_counter() - t_start)
+    log.info("profile %s", json.dumps(profile, sort_keys=True))
+    return profile
+
+
+def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: int, startup_s: float | None,
+             load_s: float, total_s: float) -> dict:
+    """Where a score job's time went (read by benchmarks/default_profile.py from the job log)."""
+    forward = getattr(getattr(scorer, "forward", None), "seconds", None)
+    tokens = getattr(scorer, "tokens_read", None)
+    out = {
+        "dataset": dataset, "scorer": getattr(scorer, "name", "?"), "queries": queries, "queries_resumed": resumed,
+        "dtype": getattr(scorer, "dtype_name", None),
+        "prompts": getattr(scorer, "prompts_asked", None), "prompts_read": getattr(scorer, "prompts_read", None),
+        "tokens_read": tokens, "startup_s": startup_s, "model_load_s": load_s, "forward_s": forward,
+        "tokens_per_s": (tokens / forward) if tokens and forward else None, "score_dataset_s": total_s,
+    }
+    if cache is not None:
+        out.update(cache_hits=cache.hits, cache_misses=cache.misses, cache_hit_rate=cache.stats()["hit_rate"])
+    return out
 
 
 __all__ = ["score_dataset", "resolve_variant", "resolve_protocol", "shuffle_count", "FIRST_STAGE"]

@@ -64,7 +64,7 @@ def _literal(text: str) -> str:
 
 
 def _rubric_user(spec: dict, where: str) -> str:
-    """The user-message format string of a rubric, in the order METHODS.md fixes."""
+    """The user-message format string of a rubric, in the order docs/readout.md gives."""
     grades = spec["grades"]
     if not isinstance(grades, dict) or sorted(int(g) for g in grades) != [0, 1, 2, 3]:
         raise ValueError(f"{where}: 'grades' must describe exactly the grades 3, 2, 1 and 0; got {grades!r}")

@@ -1,6 +1,6 @@
 """Silver labels: teacher scores of the training queries under T shuffled presentations.
 
-METHODS.md v2, "Training": the teacher reads each training query under T shuffles
+docs/training.md: the teacher reads each training query under T shuffles
 (t = 0..T-1); shuffle t is a Fisher-Yates permutation of the query's whole
 candidate list seeded by ``stable_seed(seed, dataset, query_id, "teacher", t)``
 (the evaluation shuffles' stable seeding, tagged ``"teacher"`` so the teacher's

@@ -1,0 +1,3 @@
+#!/bin/sh
+# Makes presdep importable in this env (see install-presdep.sh).
+exec sh envs/install-presdep.sh
