@@ -29,6 +29,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from presdep.config import hosted_defaults
 
 
+class JSONHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 JSON replies, quiet; a client that already left is not an error."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body: bytes, headers=()):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
 _REASONS = {400: "bad request", 401: "invalid api key", 403: "forbidden", 404: "no such model",
             422: "unprocessable", 500: "boom", 503: "overloaded"}
 
@@ -61,23 +82,7 @@ class FaultServer:
         self.trickled: list[int] = []  # bytes each trickle managed to send before the client left
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code, body: bytes, headers=()):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+        class Handler(JSONHandler):
 
             def _error(self, code, message, headers=()):
                 err: dict = {"error": {"message": message, "type": "fault", "code": code}}

@@ -25,11 +25,11 @@ def _closed_everywhere(schema, where="schema"):
             _closed_everywhere(v, f"{where}/{i}")
 
 
-async def _session_run(fn, tasks_path=None):
+async def _session_run(fn, tasks_path=None, command=("bench", "mcp")):
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    args = ["-m", "presdep.cli", "bench", "mcp"] + (["--tasks", str(tasks_path)] if tasks_path else [])
+    args = ["-m", "presdep.cli", *command] + (["--tasks", str(tasks_path)] if tasks_path else [])
     params = StdioServerParameters(command=sys.executable, args=args)
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
@@ -100,6 +100,7 @@ def test_mcp_with_a_split_file(tmp_path):
         run = _json(await s.call_tool("run_benchmark", {"provider": "mock", "limit": 4}))
         return listed, run
 
-    listed, run = anyio.run(_session_run, drive, split)
+    # The short form agents' configs use: `presdep mcp` is `presdep bench mcp`.
+    listed, run = anyio.run(_session_run, drive, split, ("mcp",))
     assert [x["id"] for x in listed["tasks"]] == [x["id"] for x in tasks]
     assert len(run["tasks"]) == 4 and run["summary"]["split"] == "small.jsonl"

@@ -8,13 +8,15 @@ import json
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from presdep.bench import core
 from presdep.bench.grader import score_answer
 from presdep.cli import main as presdep_main
+
+from fault_server import JSONHandler
 
 SECRET = "sk-bench-test-" + hashlib.sha256(b"not a real key").hexdigest()[:20]
 KEY_ENV = "PRESDEP_BENCH_TEST_KEY"
@@ -34,23 +36,7 @@ class FakeEndpoint:
         self.requests = 0
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code, body: bytes, headers=()):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+        class Handler(JSONHandler):
 
             def do_POST(self):
                 req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))

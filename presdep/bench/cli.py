@@ -93,6 +93,11 @@ def register(subparsers: Any) -> None:
     for name, sp in sub.choices.items():
         _common(sp)
 
+    # Agents' configs name the server command; `presdep mcp` is the short form of `presdep bench mcp`.
+    top = subparsers.add_parser("mcp", help="the benchmark's MCP server over stdio (= presdep bench mcp)")
+    top.set_defaults(func=_mcp)
+    _common(top)
+
 
 def _core():
     from presdep.bench import core

@@ -11,6 +11,7 @@ import logging
 from typing import Any, Callable, Mapping, Sequence
 
 from presdep.scoring import GradeReadout
+from presdep.scoring.hf_load import model_spec, pad_id
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +46,6 @@ class IdentityScorer:
 
 def make_identity(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> IdentityScorer:
     return IdentityScorer()
-
-
-def _pad_id(tokenizer: Any) -> int:
-    for attr in ("pad_token_id", "eos_token_id"):
-        v = getattr(tokenizer, attr, None)
-        if v is not None:
-            return int(v)
-    return 0
 
 
 class TransformersScorer:
@@ -94,7 +87,7 @@ class TransformersScorer:
         self.grade_ids = self.builder.grade_ids
         self.template_sha256 = self.builder.template.sha256
         self.batch_size = int(batch_size)
-        self.pad_id = _pad_id(tokenizer)
+        self.pad_id = pad_id(tokenizer)
         self.model_desc = dict(model_desc or {"class": type(model).__name__})
         # A mapping, or a function giving one (hashing weights only when a cache asks).
         self.model_identity = model_identity
@@ -231,15 +224,6 @@ class TransformersScorer:
         return self.score_prompts([(query, docs)])[0]
 
 
-def _model_spec(variant: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = variant.get("model")
-    if spec is None:
-        raise ValueError(f"variant {variant.get('name', '')!r} with scorer {variant.get('scorer')!r} needs a 'model'")
-    if isinstance(spec, str):
-        spec = {"source": "local", "path": spec}
-    return spec
-
-
 def model_identity(spec: Mapping[str, Any]) -> dict:
     """What identifies a model's weights for the read cache: its pin where the spec has one
     (a GGUF package file's sha256, a Hugging Face revision), else the hash of the loaded
@@ -264,7 +248,7 @@ def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -
     from presdep.models import describe_model, load_model, resolve_device, resolve_dtype_choice
     from presdep.scoring.read_cache import weights_sha256
 
-    spec = _model_spec(variant)
+    spec = model_spec(variant)
     opts = _runtime_options(variant, spec)
     device = resolve_device(opts.get("device"))
     # auto: bfloat16 where this CPU computes it natively, float32 elsewhere (README, "Speed").

@@ -10,6 +10,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
+def pad_id(tokenizer: Any) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its end-of-text token."""
+    for attr in ("pad_token_id", "eos_token_id"):
+        v = getattr(tokenizer, attr, None)
+        if v is not None:
+            return int(v)
+    return 0
+
+
 def model_spec(variant: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = variant.get("model")
     if spec is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from presdep.scoring import GradeReadout
-from presdep.scoring.hf_load import batch_size_of, load_hf, model_spec
+from presdep.scoring.hf_load import batch_size_of, load_hf, model_spec, pad_id
 
 
 class PairCache:
@@ -76,14 +76,6 @@ class PointwiseScorer:
         return self.score_prompts([(query, docs)])[0]
 
 
-def _pad_id(tokenizer: Any) -> int:
-    for attr in ("pad_token_id", "eos_token_id"):
-        v = getattr(tokenizer, attr, None)
-        if v is not None:
-            return int(v)
-    return 0
-
-
 class CrossEncoderScorer(PointwiseScorer):
     name = "cross_encoder"
 
@@ -121,7 +113,7 @@ class RewardModelScorer(PointwiseScorer):
 
         rows = [self._ids(q, d) for q, d in pairs]
         width = max(len(r) for r in rows)
-        pad = _pad_id(self.tokenizer)
+        pad = pad_id(self.tokenizer)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):  # right padding: the head reads each row's last real token
@@ -178,7 +170,7 @@ class MxbaiRerankScorer(PointwiseScorer):
         if self.max_length:
             rows = [r[-self.max_length:] for r in rows]
         width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), _pad_id(self.tokenizer), dtype=torch.long)
+        ids = torch.full((len(rows), width), pad_id(self.tokenizer), dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.tensor(r)
         last = torch.tensor([len(r) - 1 for r in rows])

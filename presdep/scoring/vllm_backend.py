@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from presdep.scoring import GradeReadout
-from presdep.scoring.backends import _model_spec, _runtime_options, _template
+from presdep.scoring.backends import _runtime_options, _template
+from presdep.scoring.hf_load import model_spec
 
 
 def adapter_rank(adapter: str | Path) -> int:
@@ -171,7 +172,7 @@ class VLLMScorer:
 def make_vllm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> VLLMScorer:
     from presdep.models import describe_model
 
-    spec = _model_spec(variant)
+    spec = model_spec(variant)
     if spec.get("path"):
         path, revision = spec["path"], None
     elif spec.get("source") == "hf":
