@@ -6,8 +6,8 @@ Reads an existing results tree (run it from the workflow's directory, or pass --
   rule and job count;
 - ``logs/score/**.log``: the ``profile {json}`` line each score job logs (prompts asked and
   read by the model, tokens, tokens per second, start-up / model load / forward seconds);
-- ``results/scores/**.parquet`` metadata: the read cache's hits and misses, summed into the
-  run's hit rate.
+- ``results/scores/**.parquet`` and ``results/answers/**.parquet`` metadata: the read cache's
+  and the answer cache's hits and misses, summed into the run's hit rates.
 
     python benchmarks/default_profile.py [--root DIR] [--json OUT]
 """
@@ -75,13 +75,15 @@ def score_profiles(log_dir: Path) -> list[dict]:
     return out
 
 
-def cache_counts(scores_dir: Path) -> dict:
-    """Hits and misses of the read cache over every scores file that used it."""
+def cache_counts(results_dir: Path, kind: str) -> dict:
+    """Hits and misses of a cache over every file that used it: the read cache of the
+    scores files (``kind="scores"``), the answer cache of the answers files (``"answers"``)."""
     from presdep.schemas import read_metadata
 
     hits = misses = files = 0
-    for path in sorted(scores_dir.rglob("*.parquet")):
-        rc = read_metadata(path).get("read_cache")
+    for path in sorted((results_dir / kind).rglob("*.parquet")):
+        meta = read_metadata(path)
+        rc = meta.get("read_cache") if kind == "scores" else (meta.get("facts") or {}).get("answer_cache")
         if rc:
             hits, misses, files = hits + int(rc["hits"]), misses + int(rc["misses"]), files + 1
     total = hits + misses
@@ -100,7 +102,7 @@ def _fmt(x, spec: str = ".1f") -> str:
 def report(root: Path) -> dict:
     rules = rule_times(root / "results" / "benchmarks")
     jobs = score_profiles(root / "logs" / "score")
-    cache = cache_counts(root / "results" / "scores")
+    cache = cache_counts(root / "results", "scores")
     model_jobs = [j for j in jobs if j.get("prompts")]
     forward, tokens = _sum(model_jobs, "forward_s"), _sum(model_jobs, "tokens_read")
     scoring = {
@@ -111,7 +113,7 @@ def report(root: Path) -> dict:
         "per_job": jobs,
     }
     return {"rules": rules, "total_wall_s": sum(r["wall_s"] for r in rules.values()), "scoring": scoring,
-            "read_cache": cache}
+            "read_cache": cache, "answer_cache": cache_counts(root / "results", "answers")}
 
 
 def render(rep: dict) -> str:
@@ -129,9 +131,12 @@ def render(rep: dict) -> str:
                      f"{_fmt(j.get('startup_s'))} | {_fmt(j.get('model_load_s'))} | {_fmt(j.get('forward_s'))} |")
     lines.append(f"| **all** | | {_fmt(s['prompts'], '.0f')} | {_fmt(s['prompts_read'], '.0f')} | {_fmt(s['tokens_read'], '.0f')} | "
                  f"{_fmt(s['tokens_per_s'], '.0f')} | {_fmt(s['startup_s'])} | {_fmt(s['model_load_s'])} | {_fmt(s['forward_s'])} |")
-    c = rep["read_cache"]
-    rate = "-" if c["hit_rate"] is None else f"{100 * c['hit_rate']:.1f}%"
-    lines += ["", f"read cache: {c['hits']} hits, {c['misses']} misses over {c['files']} scores files (hit rate {rate})"]
+    lines.append("")
+    for key, files in (("read_cache", "scores"), ("answer_cache", "answers")):
+        c = rep[key]
+        rate = "-" if c["hit_rate"] is None else f"{100 * c['hit_rate']:.1f}%"
+        lines.append(f"{key.replace('_', ' ')}: {c['hits']} hits, {c['misses']} misses over {c['files']} {files} files "
+                     f"(hit rate {rate})")
     return "\n".join(lines)
 
 

@@ -289,6 +289,49 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     return out_dir
 
 
+def model_location(spec: Mapping[str, Any] | str | os.PathLike) -> tuple[str, dict]:
+    """(directory or hub id, from_pretrained keywords) of a causal-LM spec.
+
+    ``spec`` is a directory path, or a spec dict; a dict with ``path`` (the fetched
+    directory) loads that directory, otherwise the source is loaded directly.
+    """
+    if not isinstance(spec, Mapping):
+        spec = {"source": "local", "path": str(spec)}
+    if spec.get("path") and Path(spec["path"]).is_dir():
+        return str(spec["path"]), {}
+    if spec.get("source") == "hf":
+        return spec["id"], ({"revision": spec["revision"]} if spec.get("revision") else {})
+    if spec.get("path") and str(spec["path"]).endswith(".gguf"):
+        p = Path(spec["path"])
+        return str(p.parent), {"gguf_file": p.name}
+    raise FileNotFoundError(
+        f"cannot load model {dict(spec)}: no fetched directory at 'path' (run the fetch_model rule, "
+        "or presdep.models.fetch_model(spec, out_dir))"
+    )
+
+
+def load_tokenizer(spec: Mapping[str, Any] | str | os.PathLike):
+    """The spec's tokenizer alone (cheap: a scorer whose prompts are all cached needs no weights)."""
+    from transformers import AutoTokenizer
+
+    where, kw = model_location(spec)
+    return AutoTokenizer.from_pretrained(where, **kw)
+
+
+def load_causal_lm(spec: Mapping[str, Any] | str | os.PathLike, *, device: str = "auto",
+                   dtype: str | None = "auto", inference: bool = False):
+    """The spec's causal LM alone, eval mode, on ``device``; SDPA attention (see :func:`load_model`)."""
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev, inference=inference)
+    where, kw = model_location(spec)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa", **kw)
+    model.to(dev).eval()
+    return model
+
+
 def load_model(
     spec: Mapping[str, Any] | str | os.PathLike,
     *,
@@ -304,36 +347,13 @@ def load_model(
     ``spec`` is a directory path, or a spec dict; a dict with ``path`` (the fetched
     directory) loads that directory, otherwise the source is loaded directly.
     """
-    import torch  # noqa: F401
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev, inference=inference)
-    kw: dict[str, Any] = {}
-    if not isinstance(spec, Mapping):
-        spec = {"source": "local", "path": str(spec)}
-    if spec.get("path") and Path(spec["path"]).is_dir():
-        where = str(spec["path"])
-    elif spec.get("source") == "hf":
-        where = spec["id"]
-        if spec.get("revision"):
-            kw["revision"] = spec["revision"]
-    elif spec.get("path") and str(spec["path"]).endswith(".gguf"):
-        p = Path(spec["path"])
-        where, kw["gguf_file"] = str(p.parent), p.name
-    else:
-        raise FileNotFoundError(
-            f"cannot load model {dict(spec)}: no fetched directory at 'path' (run the fetch_model rule, "
-            "or presdep.models.fetch_model(spec, out_dir))"
-        )
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, attn_implementation="sdpa", **kw)
-    tok = AutoTokenizer.from_pretrained(where, **kw)
-    model.to(dev).eval()
-    return model, tok
+    model = load_causal_lm(spec, device=device, dtype=dtype, inference=inference)
+    return model, load_tokenizer(spec)
 
 
 __all__ = [
-    "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "describe_model",
+    "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "load_causal_lm", "load_tokenizer", "model_location",
+    "describe_model",
     "resolve_device", "resolve_dtype", "resolve_dtype_choice", "cpu_native_bf16", "dtype_name",
     "extract_gguf_from_package",
 ]

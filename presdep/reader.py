@@ -134,21 +134,60 @@ def _batch_name(batch: Sequence[tuple[int, ...]]) -> str:
 
 
 class FrozenReader:
-    """Greedy, deterministic, batched answers from a chat model (transformers)."""
+    """Greedy, deterministic, batched answers from a chat model (transformers).
+
+    ``model`` may be None with a ``model_loader``: the weights are loaded on the first
+    prompt the answer cache (:meth:`use_answer_cache`) does not hold, so a job whose
+    prompts were all answered before never loads them.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, batch_size: int = 8,
-                 max_doc_chars: int | None = 1200):
+                 max_doc_chars: int | None = 1200, model_loader: Any = None, model_name: str | None = None):
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(f"reader tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template")
         if max_new_tokens < 1 or batch_size < 1:
             raise ValueError("max_new_tokens and batch_size must be >= 1")
-        self.model, self.tokenizer = model.eval(), tokenizer
+        if (model is None) == (model_loader is None):
+            raise ValueError("give exactly one of model and model_loader")
+        self._model, self._model_loader = (model.eval() if model is not None else None), model_loader
+        self.model_name = model_name if model is None else getattr(model.config, "_name_or_path", None)
+        self.tokenizer = tokenizer
         self.max_new_tokens, self.batch_size, self.max_doc_chars = int(max_new_tokens), int(batch_size), max_doc_chars
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("reader tokenizer has no eos token: generation could not stop")
         self.eos_id = int(eos)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
+        self.answer_cache = None
+        self.generated = 0  # prompts the model generated for (the rest came from the cache)
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            self._model = self._model_loader().eval()
+        return self._model
+
+    @property
+    def model_loaded(self) -> bool:
+        return self._model is not None
+
+    def use_answer_cache(self, root: str | os.PathLike, identity: Mapping[str, Any]) -> Any:
+        """Answer through an :class:`presdep.answer_cache.AnswerCache` under ``root``; returns it.
+
+        ``identity``: what identifies the model and its numbers (pin or weights hash, dtype,
+        device type); the decoding settings and library versions are added here.
+        """
+        import torch
+        import transformers
+
+        from presdep.answer_cache import AnswerCache
+
+        self.answer_cache = AnswerCache(root, {
+            **dict(identity), "decoding": "greedy", "max_new_tokens": self.max_new_tokens,
+            "batch_size": self.batch_size, "eos_id": self.eos_id, "pad_id": self.pad_id,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+        })
+        return self.answer_cache
 
     def prompt_ids(self, question: str, paragraphs: Sequence[str]) -> list[int]:
         text = self.tokenizer.apply_chat_template(
@@ -162,23 +201,28 @@ class FrozenReader:
                  done_dir: str | os.PathLike | None = None) -> list[str]:
         """Decoded continuations, one per prompt; duplicates are generated once.
 
-        With ``done_dir``, each finished batch is flushed there (atomically) and
-        batches already there are reused: a killed job resumes where it stopped.
-        The batches are cut from the whole prompt list before any is skipped, so
-        a resumed run batches (and pads) exactly as an uninterrupted one.
+        With an answer cache, prompts it holds are not generated again, and each
+        generated batch is stored there at once. With ``done_dir``, each finished
+        batch is also flushed there (atomically) and batches already there are
+        reused: a killed job resumes where it stopped. The batches are cut from the
+        prompts left before any is skipped, so a resumed run batches (and pads)
+        exactly as an uninterrupted one.
         """
-        import torch
-        from tqdm.auto import tqdm
-        from transformers import GenerationConfig
-
         keys = [tuple(int(t) for t in p) for p in prompts]
         unique = sorted(set(keys), key=lambda k: (-len(k), k))  # similar lengths share a batch
-        gen = GenerationConfig(
-            do_sample=False, num_beams=1, max_new_tokens=self.max_new_tokens,
-            pad_token_id=self.pad_id, eos_token_id=self.eos_id,
-        )
-        device = next(self.model.parameters()).device
         done: dict[tuple[int, ...], str] = {}
+        cache = self.answer_cache
+        if cache is not None:
+            from presdep.answer_cache import prompt_key
+
+            cache.refresh()  # answers other jobs finished meanwhile
+            for k in unique:
+                hit = cache.get(prompt_key(k))
+                if hit is not None:
+                    done[k] = hit
+            cache.hits += len(done)
+            cache.misses += len(unique) - len(done)
+            unique = [k for k in unique if k not in done]
         batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
         files = [Path(done_dir) / _batch_name(b) for b in batches] if done_dir is not None else [None] * len(batches)
         reused = 0
@@ -188,10 +232,27 @@ class FrozenReader:
                 reused += 1
         if reused:
             log.info("resuming: %d of %d batches were answered by an earlier run", reused, len(batches))
-        with tqdm(total=len(batches), initial=reused, desc="read", unit="batch", disable=not progress) as bar:
-            for batch, path in zip(batches, files):
-                if batch[0] in done:
-                    continue
+        todo = [(b, p) for b, p in zip(batches, files) if b[0] not in done]
+        if todo:
+            self._generate_batches(todo, done, progress, initial=len(batches) - len(todo), total=len(batches))
+        if cache is not None:
+            cache.flush()
+        return [done[k] for k in keys]
+
+    def _generate_batches(self, todo, done: dict, progress: bool, *, initial: int, total: int) -> None:
+        import torch
+        from tqdm.auto import tqdm
+        from transformers import GenerationConfig
+
+        gen = GenerationConfig(
+            do_sample=False, num_beams=1, max_new_tokens=self.max_new_tokens,
+            pad_token_id=self.pad_id, eos_token_id=self.eos_id,
+        )
+        model = self.model
+        device = next(model.parameters()).device
+        cache = self.answer_cache
+        with tqdm(total=total, initial=initial, desc="read", unit="batch", disable=not progress) as bar:
+            for batch, path in todo:
                 width = max(len(k) for k in batch)
                 ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -199,15 +260,21 @@ class FrozenReader:
                     ids[r, width - len(k):] = torch.tensor(k, dtype=torch.long)
                     mask[r, width - len(k):] = 1
                 with torch.inference_mode():
-                    out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                              generation_config=gen)
+                    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                         generation_config=gen)
                 texts = [self.tokenizer.decode(out[r, width:].tolist(), skip_special_tokens=True)
                          for r in range(len(batch))]
                 done.update(zip(batch, texts))
+                self.generated += len(batch)
                 if path is not None:
                     write_text_atomic(path, json.dumps(texts))
+                if cache is not None:
+                    from presdep.answer_cache import prompt_key
+
+                    for k, t in zip(batch, texts):
+                        cache.put(prompt_key(k), t)
+                    cache.flush()  # each batch is stored as soon as it is generated
                 bar.update(1)
-        return [done[k] for k in keys]
 
     def generate_for(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False,
                      done_dir: str | os.PathLike | None = None) -> list[str]:
@@ -223,7 +290,7 @@ class FrozenReader:
         return {
             "prompt": READER_PROMPT_NAME, "prompt_sha256": READER_PROMPT_SHA256,
             "max_new_tokens": self.max_new_tokens, "max_doc_chars": self.max_doc_chars,
-            "decoding": "greedy", "model": getattr(self.model.config, "_name_or_path", None),
+            "decoding": "greedy", "model": self.model_name,
         }
 
 
@@ -273,9 +340,17 @@ def read_answers_files(
     model_dir: str | os.PathLike,
     max_doc_chars: int | None = 1200,
     threads: int | None = None,
+    answer_cache: str | os.PathLike | None = None,
+    model_spec: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """The ``read_answers`` job: load the reader model, answer, write the ``answers`` contract."""
-    from presdep.models import load_model
+    """The ``read_answers`` job: answer (loading the reader model only if a prompt is not in
+    the answer cache), write the ``answers`` contract.
+
+    ``answer_cache``: the answer cache's folder; ``model_spec`` (the reader's ``models``
+    entry) names the model there by its pin where it has one. Without a cache, finished
+    batches go to ``<out>.partial/`` so a killed job resumes.
+    """
+    from presdep.models import dtype_name, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
     from presdep.schemas import read_metadata, read_table, write_table
 
     cfg = dict(reader_config)
@@ -293,30 +368,45 @@ def read_answers_files(
         import torch
 
         torch.set_num_threads(int(threads))
-    model, tok = load_model(str(model_dir), device=cfg["device"], dtype=cfg["dtype"])
-    reader = FrozenReader(model, tok, max_new_tokens=int(cfg["max_new_tokens"]),
-                          batch_size=int(cfg["batch_size"]), max_doc_chars=max_doc_chars)
-    # Finished batches survive a kill; they depend on the model, the decoding and
-    # the batching (padding), never on which presentation asked for a prompt.
-    param = next(model.parameters())
-    fingerprint = json.dumps({
-        "presdep_version": __version__, "reader": reader.describe(), "batch_size": reader.batch_size,
-        "device": str(param.device), "dtype": str(param.dtype), "model_files": _files_identity(model_dir),
-    }, sort_keys=True, default=str)
-    done_dir = resume_dir(partial_dir(out_path), fingerprint)
+    device = resolve_device(cfg["device"])
+    dtype = resolve_dtype(cfg["dtype"], device)
+    reader = FrozenReader(None, load_tokenizer(str(model_dir)), max_new_tokens=int(cfg["max_new_tokens"]),
+                          batch_size=int(cfg["batch_size"]), max_doc_chars=max_doc_chars,
+                          model_loader=lambda: load_causal_lm(str(model_dir), device=str(device), dtype=dtype),
+                          model_name=str(model_dir))
+    done_dir = None
+    if answer_cache is not None:
+        from presdep.scoring.backends import model_identity
+
+        reader.use_answer_cache(answer_cache, {
+            "model": model_identity({**dict(model_spec or {}), "path": str(model_dir)}),
+            "dtype": dtype_name(dtype), "device_type": device.type,
+        })
+    else:
+        # Finished batches survive a kill; they depend on the model, the decoding and
+        # the batching (padding), never on which presentation asked for a prompt.
+        fingerprint = json.dumps({
+            "presdep_version": __version__, "reader": reader.describe(), "batch_size": reader.batch_size,
+            "device": str(device), "dtype": str(dtype), "model_files": _files_identity(model_dir),
+        }, sort_keys=True, default=str)
+        done_dir = resume_dir(partial_dir(out_path), fingerprint)
     answers, facts = read_answers(
         read_table(scores_path, "scores"), read_table(candidates_path, "candidates"), reader,
         k=int(cfg["k"]), bsc_k=bsc_k, ensembles=ensembles, progress=True, done_dir=done_dir,
     )
-    log.info("answered %d presentations (%d distinct prompts) from the top %d paragraphs",
-             facts["presentations"], facts["unique_prompts"], facts["k"])
+    if reader.answer_cache is not None:
+        facts["answer_cache"] = reader.answer_cache.stats()
+    log.info("answered %d presentations (%d distinct prompts, %d generated, model %s) from the top %d paragraphs",
+             facts["presentations"], facts["unique_prompts"], reader.generated,
+             "loaded" if reader.model_loaded else "not loaded", facts["k"])
     write_table(
         answers.sort("perturbation", "query_id", "presentation"), out_path, "answers",
         {"reader": dict(cfg), "max_doc_chars": max_doc_chars, "scores": str(scores_path)},
         k=int(cfg["k"]), reader=reader.describe(), facts=facts,
         scores_params=source.get("params"), template_sha256=source.get("template_sha256"),
     )
-    shutil.rmtree(done_dir)
+    if done_dir is not None:
+        shutil.rmtree(done_dir)
     return answers
 
 

@@ -31,9 +31,9 @@ VARIANTS = CFG.runnable_variants
 RUNS = CFG.runs
 SYNTHETIC = list(config["synthetic"])
 PRESDEP_VERSION = presdep.__version__
-# Threads of model jobs (scoring, training, the CapCal prior). Locally Snakemake scales a
-# job's threads down to --cores; on a cluster set-threads in the profile decides.
-MODEL_THREADS = 8
+# Threads of model jobs (scoring, training, the CapCal prior, the reader). Locally Snakemake
+# scales a job's threads down to --cores; on a cluster set-threads in the profile decides.
+MODEL_THREADS = int(config["model_threads"])
 
 
 def _alternatives(names):

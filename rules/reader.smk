@@ -26,6 +26,7 @@ rule read_answers:
     params:
         reader=READER_SETTINGS,
         model=READER_SPEC,
+        answer_cache=config["read_cache"]["answers_dir"] if config["read_cache"]["enabled"] else "",
         max_doc_chars=lambda wc: int(protocol_for(config, wc.dataset)["max_doc_chars"]),
         version=PRESDEP_VERSION,
     conda:

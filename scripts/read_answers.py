@@ -11,4 +11,6 @@ read_answers_files(
     model_dir=snakemake.input.model_dir,  # noqa: F821
     max_doc_chars=snakemake.params.max_doc_chars,  # noqa: F821
     threads=snakemake.threads,  # noqa: F821
+    answer_cache=snakemake.params.answer_cache or None,  # noqa: F821
+    model_spec=snakemake.params.model,  # noqa: F821
 )

@@ -49,6 +49,22 @@ class JSONHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def _send_chat(self, model: str, text: str, *, usage: tuple[int, int], truncated: bool = False,
+                   completion_id: str = "chatcmpl-1"):
+        """A chat-completions reply carrying ``text``; ``truncated`` sends half the body and hangs up."""
+        prompt_tokens, completion_tokens = usage
+        body = json.dumps({
+            "id": completion_id, "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }).encode()
+        if truncated:
+            body = body[: len(body) // 2]
+            self.close_connection = True
+        return self._send(200, body)
+
 
 _REASONS = {400: "bad request", 401: "invalid api key", 403: "forbidden", 404: "no such model",
             422: "unprocessable", 500: "boom", 503: "overloaded"}
@@ -67,7 +83,34 @@ def prompt_key(content: str) -> str:
     return "\n".join(ln for ln in content.splitlines() if ln.startswith("Query:") or re.match(r"^\[\d+\] ", ln))
 
 
-class FaultServer:
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 (an ephemeral port unless given), run as a context
+    manager; ``url`` is its OpenAI-style base URL."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+class FaultServer(LoopbackServer):
     def __init__(self, faults: dict[str, list[str]] | None = None, *, require_key: str | None = None,
                  echo_auth: bool = False, slow_s: float = 0.3, trickle_every_s: float = 0.05,
                  trickle_bytes: int = 400):
@@ -143,37 +186,9 @@ class FaultServer:
                         "out_of_range": good_reply(n).replace("[1] Grade: 1", "[1] Grade: 7")}.get(action, good_reply(n))
                 if action == "bad_unless_retried" and "Retry" not in content:
                     text = "I think they are all relevant."
-                body = json.dumps({
-                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-                }).encode()
-                if action == "truncated":
-                    body = body[: len(body) // 2]
-                    self.close_connection = True
-                return self._send(200, body)
+                return self._send_chat(req["model"], text, usage=(100, 10), truncated=action == "truncated")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.httpd.server_address[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self._serve(Handler)
 
 
 def hosted_spec(url: str | None, **kw) -> dict:

@@ -8,7 +8,6 @@ import json
 import os
 import threading
 import time
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -16,13 +15,13 @@ from presdep.bench import core
 from presdep.bench.grader import score_answer
 from presdep.cli import main as presdep_main
 
-from fault_server import JSONHandler
+from fault_server import JSONHandler, LoopbackServer
 
 SECRET = "sk-bench-test-" + hashlib.sha256(b"not a real key").hexdigest()[:20]
 KEY_ENV = "PRESDEP_BENCH_TEST_KEY"
 
 
-class FakeEndpoint:
+class FakeEndpoint(LoopbackServer):
     """Answers each prompt with its expected answer; ``faults`` maps a task id to per-attempt actions:
     ``429`` (Retry-After), ``500``, ``timeout`` (late reply), ``truncated`` (half a body), ``401``,
     ``always500``. Attempts are counted per task id."""
@@ -57,33 +56,10 @@ class FakeEndpoint:
                     return self._send(401, b'{"error": {"message": "invalid api key"}}')
                 if action == "timeout":
                     time.sleep(1.0)
-                body = json.dumps({
-                    "id": "c1", "object": "chat.completion", "created": 0, "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": f"Let me think.\nAnswer: {task['answer']}"}}],
-                    "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55},
-                }).encode()
-                if action == "truncated":
-                    body = body[: len(body) // 2]
-                    self.close_connection = True
-                return self._send(200, body)
+                return self._send_chat(req["model"], f"Let me think.\nAnswer: {task['answer']}", usage=(50, 5),
+                                       truncated=action == "truncated", completion_id="c1")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self._serve(Handler, port)
 
 
 FAST = {"max_retries": 3, "timeout_s": 0.5, "base_delay_s": 0.001, "max_delay_s": 0.05, "concurrency": 3}

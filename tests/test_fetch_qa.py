@@ -13,6 +13,8 @@ from presdep.data.fetch.common import FetchError
 from presdep.data.fetch.run import detect_qa_format, fetch
 from presdep.data.hotpotqa import read_hotpotqa_ircot
 
+from fetch_helpers import SHARED_DATA, fetch_catalogue_entry, requires_file
+
 CATALOGUE_SELECTION = {"questions": 2, "paragraphs": 4, "supporting": 2}
 
 
@@ -153,16 +155,13 @@ def test_bad_qa_files_name_file_and_row(tmp_path: Path) -> None:
         detect_qa_format(_jsonl(tmp_path / "other.jsonl", [{"foo": 1}]))
 
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hotpotqa-dev200" / "hotpotqa_dev200.jsonl"
+REAL = SHARED_DATA / "hotpotqa-dev200" / "hotpotqa_dev200.jsonl"
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason="real HotpotQA dev 200 (../shared/data) not available")
+@requires_file(REAL, "real HotpotQA dev 200")
 def test_real_hotpotqa_dev200_through_the_catalogue_entry(tmp_path: Path) -> None:
-    from presdep.catalogue import load_catalogue
-
-    entry = load_catalogue()["datasets"]["hotpotqa"]
     out = tmp_path / "out"
-    manifest = fetch("hotpotqa", entry, out, layout="qa", local={"path": str(REAL)})
+    manifest = fetch_catalogue_entry("hotpotqa", REAL, out, layout="qa")
     qa_set = read_hotpotqa_ircot(out / "questions.jsonl")
     assert qa_set.candidates["query_id"].n_unique() == manifest.rows["questions"]
     assert manifest.rows["questions"] + manifest.rows["dropped_other_geometry"] == manifest.rows["read"] == 200

@@ -12,6 +12,8 @@ from presdep.data.fetch.run import fetch
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.trec import read_qrels
 
+from fetch_helpers import SHARED_DATA, fetch_catalogue_entry, requires_file
+
 
 def _entry(converter: str, **extra) -> dict:
     return {"task": "response", "source": {"kind": "hf_datasets", "converter": converter, "local": {"path": "x"}},
@@ -118,17 +120,15 @@ def test_missing_field_names_file_and_row(tmp_path: Path) -> None:
             "rewardbench2")
 
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "rm-bench" / "chat_filtered.json"
+REAL = SHARED_DATA / "rm-bench" / "chat_filtered.json"
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason="real RM-Bench (../shared/data) not available")
+@requires_file(REAL, "real RM-Bench")
 def test_real_rm_bench_through_the_catalogue_entry(tmp_path: Path) -> None:
-    from presdep.catalogue import load_catalogue
     from presdep.data.responses import read_responses
 
-    entry = load_catalogue()["datasets"]["rm-bench"]
     out = tmp_path / "out"
-    manifest = fetch("rm-bench", entry, out, layout="ranked", local={"path": str(REAL)})
+    manifest = fetch_catalogue_entry("rm-bench", REAL, out, layout="ranked")
     assert manifest.rows == {"queries": 129, "candidates": 129 * 6, "judgements": 129 * 6}
     # The same candidates and grades as reading the original with the project's RM-Bench reader.
     direct_c, direct_q = read_responses(REAL, "rm_bench_json")[:2]

@@ -263,3 +263,28 @@ def test_one_prompt_per_pass_makes_scores_independent_of_the_cache(tmp_path, tin
     assert second.read_cache.hits > 0
     for name in ("ots", "rr"):
         assert pq.read_table(tmp_path / f"{name}.parquet").equals(pq.read_table(tmp_path / f"plain-{name}.parquet"))
+
+
+def test_weights_load_only_on_a_cache_miss(tmp_path, tiny):
+    """A job whose prompts were all read before never loads the model; a miss loads it once."""
+    from presdep.scoring.backends import TransformersScorer
+
+    model, tok = tiny
+    cand = candidates(2)
+    run(tiny, cand, tmp_path / "cold.parquet", tmp_path / "cache")
+    loads = []
+
+    def lazy(cand, out):
+        sc = TransformersScorer(None, tok, model_loader=lambda: loads.append(1) or model, device="cpu",
+                                dtype=torch.float32, max_doc_chars=60, batch_size=3, model_identity=IDENT["model"])
+        prof = score_dataset(cand, dataset="toy", variant=V, protocol=PROTO, out_path=out, scorer=sc,
+                             read_cache=tmp_path / "cache")
+        return sc, prof
+
+    warm, prof = lazy(cand, tmp_path / "warm.parquet")
+    assert loads == [] and not warm.model_loaded and prof["model_loaded"] is False
+    assert pq.read_table(tmp_path / "warm.parquet").equals(pq.read_table(tmp_path / "cold.parquet"))
+    # The metadata names the same dtype and device without the weights being loaded.
+    assert read_metadata(tmp_path / "warm.parquet")["scorer"]["dtype"] == "float32"
+    grown, prof = lazy(candidates(3), tmp_path / "grown.parquet")
+    assert loads == [1] and grown.model_loaded and prof["model_loaded"] is True and grown.prompts_read > 0

@@ -229,6 +229,37 @@ def test_job_writes_the_answers_contract(tiny, tokenizer, tmp_path):
                            model_dir=model_dir)
 
 
+def test_answer_cache_generates_each_prompt_once_across_jobs(tiny, tokenizer, tmp_path):
+    """A second job reuses the first one's answers bit for bit and never loads the model
+    when it holds them all; a third with one new prompt generates only that one."""
+    from presdep.answer_cache import AnswerCache, prompt_key
+
+    items = [("Who?", ["A: alpha beta gamma delta"]), ("Where is it?", ["B: one", "C: two three"]),
+             ("When?", ["D: x y z"])]
+    loads = []
+
+    def job(its):
+        r = FrozenReader(None, tokenizer, max_new_tokens=6, batch_size=1,
+                         model_loader=lambda: loads.append(1) or tiny, model_name="tiny")
+        cache = r.use_answer_cache(tmp_path / "answers", {"model": {"test": "tiny"}, "dtype": "float32"})
+        return r, cache, r.generate([r.prompt_ids(q, ps) for q, ps in its])
+
+    fresh = FrozenReader(tiny, tokenizer, max_new_tokens=6, batch_size=1).generate(
+        [FrozenReader(tiny, tokenizer).prompt_ids(q, ps) for q, ps in items])
+    first, c1, got1 = job(items[:2])
+    assert got1 == fresh[:2] and first.generated == 2 and (c1.hits, c1.misses) == (0, 2) and loads == [1]
+    again, c2, got2 = job(items[:2])
+    assert got2 == got1 and again.generated == 0 and not again.model_loaded and loads == [1]
+    grown, c3, got3 = job(items)
+    assert got3 == fresh and grown.generated == 1 and (c3.hits, c3.misses) == (2, 1) and loads == [1, 1]
+    # Stored once, under the identity that includes the decoding settings.
+    store = AnswerCache(tmp_path / "answers", c3.identity)
+    assert len(store) == 3 and store.get(prompt_key(first.prompt_ids(*items[2]))) == fresh[2]
+    assert c3.identity["max_new_tokens"] == 6 and c3.identity["batch_size"] == 1
+    with pytest.raises(ValueError, match="generated text"):
+        store.put("k", 3)
+
+
 # Reads every permutation of three paragraphs for four questions (equal scores: the
 # top 3 in presented order),
 # slowing each generate() call down so the test can kill the job part-way.

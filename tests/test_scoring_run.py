@@ -366,7 +366,13 @@ def test_default_profile_sums_benchmarks_logs_and_cache_counts(tmp_path, caplog)
         t = pa.table({"x": [1]}).replace_schema_metadata({METADATA_KEY: json.dumps({"read_cache": {"hits": h, "misses": m}})})
         (tmp_path / "results" / "scores" / name).mkdir()
         pq.write_table(t, tmp_path / "results" / "scores" / name / "toy.parquet")
+    (tmp_path / "results" / "answers" / "ots").mkdir(parents=True)
+    t = pa.table({"x": [1]}).replace_schema_metadata(
+        {METADATA_KEY: json.dumps({"facts": {"answer_cache": {"hits": 3, "misses": 9}}})})
+    pq.write_table(t, tmp_path / "results" / "answers" / "ots" / "qa.parquet")
     rep = prof.report(tmp_path)
+    assert rep["answer_cache"] == {"files": 1, "hits": 3, "misses": 9, "hit_rate": 0.25}
+    assert "answer cache: 3 hits, 9 misses over 1 answers files (hit rate 25.0%)" in prof.render(rep)
     assert rep["rules"]["score"] == {"jobs": 2, "wall_s": 14.5, "cpu_s": 20.0, "cpu_unknown": 1}
     assert rep["rules"]["fetch_model"]["cpu_s"] == 30.5 and rep["total_wall_s"] == 43.5
     s = rep["scoring"]

@@ -24,6 +24,31 @@ def test_dry_run_of_the_default_lists_the_dag(tmp_path):
     assert not (work / "results").exists(), "a dry run computes nothing"
 
 
+def test_model_threads_sets_every_model_job_and_light_jobs_keep_one(tmp_path):
+    """``model_threads`` reaches the score, training, silver and reader jobs (Snakemake caps it
+    at --cores); the identity scorer and the metrics stay at one thread."""
+    import re
+
+    work = scratch_workflow(tmp_path)
+    threads = {}
+    for n in (1, 3):
+        out = snakemake(work, "results/table1.csv", "-n", "--cores", "8", "--config", f"model_threads={n}")
+        jobs = re.split(r"\n(?:local)?rule ", out.stdout + out.stderr)
+        got = {}
+        for job in jobs[1:]:
+            name = job.split(":", 1)[0]
+            m = re.search(r"^\s*output: (\S+)", job, re.M)
+            t = re.search(r"^\s*threads: (\d+)", job, re.M)
+            got[(name, m.group(1) if m else "")] = int(t.group(1)) if t else 1
+        threads[n] = got
+    model_rules = {"train_student", "silver_labels", "read_answers"}
+    model_jobs = {k for k in threads[3] if k[0] in model_rules or (k[0] == "score" and "/bm25/" not in k[1])}
+    assert {k[0] for k in model_jobs} >= model_rules | {"score"}
+    assert {threads[3][k] for k in model_jobs} == {3} and {threads[1][k] for k in model_jobs} == {1}
+    light = [k for k in threads[3] if k[0] in ("metrics", "thresholds") or (k[0] == "score" and "/bm25/" in k[1])]
+    assert light and {threads[3][k] for k in light} == {1}
+
+
 def test_bad_config_is_refused_with_the_key(tmp_path):
     work = scratch_workflow(tmp_path)
     (work / "bad.yaml").write_text("datasets:\n  x: {task: ranking, candidates: {format: rank_llm_json}, qrels: {format: trec, path: q}}\n")

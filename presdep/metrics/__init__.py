@@ -6,7 +6,13 @@ decisions    frozen threshold, retained-set Jaccard, matched retention, set/pair
 thresholds   the 50/50 development/test split and the t* artifact
 qa           SQuAD normalisation, EM, F1 (HotpotQA yes/no rule), answer flip
 bsc          BSC's K-curve
-compute      scores table -> long metrics table
+compute      scores table -> long metrics table, from:
+  blocks         the scores table as per-query blocks of presentations
+  rows           the row collector (per-query rows and their aggregate)
+  rerank_rows    retained sets at t* and the threshold rows (reranking)
+  qa_rows        gold slots in the top k and the reader's answers (QA)
+  response_rows  selection, pair and selected-quality flips (responses)
+  zeng_rows      Zeng et al.'s PSI rows
 """
 
 from presdep.metrics.compute import build_blocks, compute_metrics, metrics_from_files, write_metrics

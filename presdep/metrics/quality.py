@@ -47,14 +47,17 @@ def trec_order(scores: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
     return np.lexsort((-idr, -s), axis=-1)
 
 
+def _descending_along(order: np.ndarray) -> np.ndarray:
+    """Scores n..1 laid along ``order`` (..., n): n for the doc at order[..., 0], 1 for the last."""
+    n = order.shape[-1]
+    out = np.empty(order.shape, dtype=np.float64)
+    np.put_along_axis(out, order, np.broadcast_to(np.arange(n, 0, -1, dtype=np.float64), order.shape), axis=-1)
+    return out
+
+
 def strict_scores(scores: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
     """Strictly decreasing scores (n for the first doc in trec_eval order ... 1 for the last)."""
-    s = np.asarray(scores, dtype=np.float64)
-    order = trec_order(s, doc_ids)
-    n = s.shape[-1]
-    out = np.empty(s.shape, dtype=np.float64)
-    np.put_along_axis(out, order, np.broadcast_to(np.arange(n, 0, -1, dtype=np.float64), s.shape), axis=-1)
-    return out
+    return _descending_along(trec_order(np.asarray(scores, dtype=np.float64), doc_ids))
 
 
 def qrels_to_dict(qrels: pl.DataFrame) -> dict[str, dict[str, int]]:
@@ -181,12 +184,7 @@ def presented_order(scores: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 def presented_ranks(scores: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Strict scores n..1 in ``presented_order`` (n for the top): a tie-free stand-in."""
-    s = np.asarray(scores, dtype=np.float64)
-    order = presented_order(s, positions)
-    n = s.shape[-1]
-    out = np.empty(s.shape, dtype=np.float64)
-    np.put_along_axis(out, order, np.broadcast_to(np.arange(n, 0, -1, dtype=np.float64), s.shape), axis=-1)
-    return out
+    return _descending_along(presented_order(np.asarray(scores, dtype=np.float64), positions))
 
 
 # Measure names of the metrics table -> pytrec_eval measure (request, result key).

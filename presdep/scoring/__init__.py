@@ -46,6 +46,13 @@ class Scorer(Protocol):
     ) -> list[list[GradeReadout]]: ...
 
 
+class PromptScorer:
+    """Base of scorers built on ``score_prompts``: ``score`` is one prompt of it."""
+
+    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
+        return self.score_prompts([(query, docs)])[0]  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a scorer can do; the config check compares a variant's asks against it.
@@ -224,5 +231,5 @@ def make_scorer(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> Scor
     return getattr(importlib.import_module(module), func)(variant, protocol)
 
 
-__all__ = ["GradeReadout", "Scorer", "Capabilities", "ScorerEntry", "BUILTIN", "REGISTRY", "ENTRY_POINT_GROUP",
+__all__ = ["PromptScorer", "GradeReadout", "Scorer", "Capabilities", "ScorerEntry", "BUILTIN", "REGISTRY", "ENTRY_POINT_GROUP",
            "registry", "scorer_entry", "variant_problems", "serves", "make_scorer"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 from presdep.scoring.hf_load import model_spec, pad_id
 
 log = logging.getLogger(__name__)
@@ -48,13 +48,17 @@ def make_identity(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> Id
     return IdentityScorer()
 
 
-class TransformersScorer:
+class TransformersScorer(PromptScorer):
     """Reference backend: the one-pass readout with a Hugging Face causal LM.
 
     Prompts are sorted by length and batched (right padding); results come back
     in input order, one readout per document in slot order. With a read cache
     (:meth:`use_read_cache`) only prompts whose token ids were never read under
     this identity reach the model; the counters below say how many did.
+
+    ``model`` may be None with a ``model_loader`` (and the ``device`` and ``dtype`` it
+    will use): the weights are then loaded on the first cache miss, so a job whose
+    prompts were all read before never loads them.
     """
 
     name = "transformers"
@@ -73,13 +77,21 @@ class TransformersScorer:
         instruction: str | None = None,
         model_identity: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         dtype_reason: str | None = None,
+        model_loader: Callable[[], Any] | None = None,
+        device: Any = None,
+        dtype: Any = None,
     ):
         from presdep.scoring.read_cache import Stopwatch
         from presdep.scoring.template import SkeletonBuilder, load_template
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.model = model
+        if (model is None) == (model_loader is None):
+            raise ValueError("give exactly one of model and model_loader")
+        if model is None and (device is None or dtype is None):
+            raise ValueError("a model_loader needs the device and dtype the model will have")
+        self._model, self._model_loader = model, model_loader
+        self._device, self._dtype = device, dtype
         self.tokenizer = tokenizer
         if isinstance(template, str):
             template = load_template(template)
@@ -88,7 +100,8 @@ class TransformersScorer:
         self.template_sha256 = self.builder.template.sha256
         self.batch_size = int(batch_size)
         self.pad_id = pad_id(tokenizer)
-        self.model_desc = dict(model_desc or {"class": type(model).__name__})
+        self.model_desc = dict(model_desc or {"class": type(model).__name__ if model is not None else "?"})
+        self.load = Stopwatch()  # seconds spent loading weights (0 when every read was cached)
         # A mapping, or a function giving one (hashing weights only when a cache asks).
         self.model_identity = model_identity
         self.dtype_reason = dtype_reason
@@ -101,14 +114,29 @@ class TransformersScorer:
         self.forward = Stopwatch()
 
     @property
+    def model(self) -> Any:
+        if self._model is None:
+            with self.load:
+                self._model = self._model_loader()
+        return self._model
+
+    @property
+    def model_loaded(self) -> bool:
+        return self._model is not None
+
+    @property
     def device(self):
-        return next(self.model.parameters()).device
+        import torch
+
+        if self._model is None:
+            return torch.device(self._device)
+        return next(self._model.parameters()).device
 
     @property
     def dtype_name(self) -> str:
         from presdep.models import dtype_name
 
-        return dtype_name(next(self.model.parameters()).dtype)
+        return dtype_name(self._dtype if self._model is None else next(self._model.parameters()).dtype)
 
     def describe(self) -> dict:
         out = {
@@ -162,6 +190,7 @@ class TransformersScorer:
 
         from presdep.scoring.readout import grade_probs, pad_batch, slot_grade_logits
 
+        model = self.model  # loads the weights on the first miss, outside the forward stopwatch
         order = sorted(range(len(built)), key=lambda i: -len(built[i].ids))  # similar lengths together
         out: list = [None] * len(built)
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -169,7 +198,7 @@ class TransformersScorer:
             for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
                 ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
                 # Right padding + causal attention: no mask needed (see slot_grade_logits).
-                probs = grade_probs(slot_grade_logits(self.model, ids, None, reads, self.grade_ids)).cpu().numpy()
+                probs = grade_probs(slot_grade_logits(model, ids, None, reads, self.grade_ids)).cpu().numpy()
                 for row, i in enumerate(idx):
                     out[i] = probs[row, : len(built[i].read_positions)]
         self.prompts_read += len(built)
@@ -220,9 +249,6 @@ class TransformersScorer:
             result.append([GradeReadout(float(row @ grades), tuple(float(x) for x in row)) for row in p])
         return result
 
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
-
 
 def model_identity(spec: Mapping[str, Any]) -> dict:
     """What identifies a model's weights for the read cache: its pin where the spec has one
@@ -245,7 +271,7 @@ def model_identity(spec: Mapping[str, Any]) -> dict:
 
 
 def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> TransformersScorer:
-    from presdep.models import describe_model, load_model, resolve_device, resolve_dtype_choice
+    from presdep.models import describe_model, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype_choice
     from presdep.scoring.read_cache import weights_sha256
 
     spec = model_spec(variant)
@@ -253,16 +279,23 @@ def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -
     device = resolve_device(opts.get("device"))
     # auto: bfloat16 where this CPU computes it natively, float32 elsewhere (README, "Speed").
     dtype, reason = resolve_dtype_choice(opts.get("dtype"), device, inference=True)
-    model, tok = load_model(spec, device=str(device), dtype=dtype)
     desc = describe_model(spec)
-    if variant.get("adapter"):
+    adapter = variant.get("adapter")
+    if adapter:
         # A trained LoRA student: base model + adapter directory.
-        from peft import PeftModel
+        desc = {**desc, "adapter": str(adapter), "adapter_sha256": weights_sha256(adapter)}
 
-        model = PeftModel.from_pretrained(model, str(variant["adapter"])).eval()
-        desc = {**desc, "adapter": str(variant["adapter"]), "adapter_sha256": weights_sha256(variant["adapter"])}
+    def load() -> Any:
+        model = load_causal_lm(spec, device=str(device), dtype=dtype)
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(adapter)).eval()
+        return model
+
     return TransformersScorer(
-        model, tok,
+        None, load_tokenizer(spec),
+        model_loader=load, device=device, dtype=dtype,
         max_doc_chars=protocol.get("max_doc_chars"),
         **({"batch_size": int(opts["batch_size"])} if "batch_size" in opts else {}),
         chat_template_kwargs=opts.get("chat_template_kwargs"),

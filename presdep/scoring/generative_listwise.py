@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 from presdep.scoring.template import prepare_doc
 
 # The RankZephyr / RankGPT prompt (castorini/rank_llm), one window of ``num`` passages.
@@ -88,7 +88,7 @@ class _Run:
     docs: Sequence[str]
 
 
-class GenerativeListwiseScorer:
+class GenerativeListwiseScorer(PromptScorer):
     """``generate(list of chat messages) -> list of replies`` does the model work (greedy)."""
 
     name = "generative_listwise"
@@ -147,9 +147,6 @@ class GenerativeListwiseScorer:
                 score[i] = float(len(docs) - rank)
             out.append([GradeReadout(s, None) for s in score])
         return out
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
 
 
 def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int, batch_size: int):

@@ -6,7 +6,6 @@ The families read the same ``models:`` entry as the readout (a fetched directory
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping
 
 
@@ -30,11 +29,9 @@ def model_spec(variant: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def where(spec: Mapping[str, Any]) -> tuple[str, dict]:
     """(directory or hub id, from_pretrained keywords) of a model entry."""
-    if spec.get("path") and Path(spec["path"]).is_dir():
-        return str(spec["path"]), {}
-    if spec.get("source") == "hf":
-        return spec["id"], ({"revision": spec["revision"]} if spec.get("revision") else {})
-    raise FileNotFoundError(f"cannot load model {dict(spec)}: no fetched directory at 'path' and no hf id")
+    from presdep.models import model_location
+
+    return model_location(spec)
 
 
 def load_hf(spec: Mapping[str, Any], auto_class: str, *, trust_remote_code: bool | None = None) -> tuple[Any, Any]:

@@ -22,7 +22,7 @@ from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Model, DebertaV2PreTrainedModel
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 
 SOURCE_PREFIX, CAND1_PREFIX, CAND2_PREFIX = "<|source|>", "<|candidate1|>", "<|candidate2|>"
 
@@ -68,7 +68,7 @@ def pair_ids(tokenizer: Any, source: str, a: str, b: str, source_max: int = 1224
             + tokenizer.encode(CAND2_PREFIX + b, max_length=c, truncation=True))
 
 
-class PairRMScorer:
+class PairRMScorer(PromptScorer):
     name = "pairrm"
     template_sha256 = None
 
@@ -110,9 +110,6 @@ class PairRMScorer:
                 row.append(GradeReadout(float(s), None))
             out.append(row)
         return out
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
 
 
 def make_pairrm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> PairRMScorer:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 from presdep.scoring.hf_load import batch_size_of, load_hf, model_spec, pad_id
 
 
@@ -44,7 +44,7 @@ class PairCache:
         return [[self.cache[(q, d)] for d in docs] for q, docs in prompts]
 
 
-class PointwiseScorer:
+class PointwiseScorer(PromptScorer):
     """Shared shell: ``score_batch`` maps (query, doc) pairs to one real score each."""
 
     name = "pointwise"
@@ -71,9 +71,6 @@ class PointwiseScorer:
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         return [[GradeReadout(s, None) for s in row] for row in self.pairs.scores(prompts)]
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
 
 
 class CrossEncoderScorer(PointwiseScorer):

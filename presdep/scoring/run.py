@@ -370,12 +370,14 @@ def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: in
     """Where a score job's time went (read by benchmarks/default_profile.py from the job log)."""
     forward = getattr(getattr(scorer, "forward", None), "seconds", None)
     tokens = getattr(scorer, "tokens_read", None)
+    load_s += getattr(getattr(scorer, "load", None), "seconds", 0.0)  # weights loaded on the first cache miss
     out = {
         "dataset": dataset, "scorer": getattr(scorer, "name", "?"), "queries": queries, "queries_resumed": resumed,
         "dtype": getattr(scorer, "dtype_name", None),
         "prompts": getattr(scorer, "prompts_asked", None), "prompts_read": getattr(scorer, "prompts_read", None),
         "tokens_read": tokens, "startup_s": startup_s, "model_load_s": load_s, "forward_s": forward,
         "tokens_per_s": (tokens / forward) if tokens and forward else None, "score_dataset_s": total_s,
+        "model_loaded": getattr(scorer, "model_loaded", None),
     }
     if cache is not None:
         out.update(cache_hits=cache.hits, cache_misses=cache.misses, cache_hit_rate=cache.stats()["hit_rate"])

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 from presdep.scoring.backends import _runtime_options, _template
 from presdep.scoring.hf_load import model_spec
 
@@ -81,7 +81,7 @@ def grade_probs_from_logprobs(
     return tuple(x / z for x in ex)
 
 
-class VLLMScorer:
+class VLLMScorer(PromptScorer):
     """GPU backend: the same token sequence, read from vLLM prompt logprobs.
 
     ``prompt_logprobs[t]`` is the distribution that predicted prompt token t, so
@@ -164,9 +164,6 @@ class VLLMScorer:
                 self.slots_read += 1
             result.append(row)
         return result
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
 
 
 def make_vllm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> VLLMScorer:

@@ -55,7 +55,7 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 from presdep.scoring.template import load_template, prepare_doc
 from presdep.training.hosted_cache import ReplyCache, request_key
 from presdep.training.hosted_net import (
@@ -511,7 +511,7 @@ def failure_gate(stats: Mapping[str, Any], settings: Mapping[str, Any], what: st
 # ----------------------------------------------------------------- scorer
 
 
-class HostedScorer:
+class HostedScorer(PromptScorer):
     """The hosted-model row of Table 1 as a :class:`presdep.scoring.Scorer`.
 
     Scores are the integer grades (no probabilities). Ties are frequent: the
@@ -537,9 +537,6 @@ class HostedScorer:
             "ties": "broken by doc id (order-independent)",
             "tau_psi": "not reported: integer grades tie",
         }
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         results = self.grader.grade_many(prompts, desc="hosted score")

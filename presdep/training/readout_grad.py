@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from presdep.scoring import GradeReadout
+from presdep.scoring import GradeReadout, PromptScorer
 from presdep.scoring.template import PromptIds, SkeletonBuilder
 
 GRADE_VALUES = (0.0, 1.0, 2.0, 3.0)
@@ -79,7 +79,7 @@ class GradReadout:
         return [torch.softmax(x, dim=-1) for x in self.grade_logits(self.build(prompts))]
 
 
-class ReadoutScorer:
+class ReadoutScorer(PromptScorer):
     """A no-grad scorer (the :class:`presdep.scoring.Scorer` interface) over :class:`GradReadout`.
 
     Used for the open-weight teacher and the held-out evaluation during training
@@ -95,9 +95,6 @@ class ReadoutScorer:
 
     def describe(self) -> dict:
         return {"scorer": self.name, "template_sha256": self.template_sha256}
-
-    def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
-        return self.score_prompts([(query, docs)])[0]
 
     @torch.no_grad()
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:

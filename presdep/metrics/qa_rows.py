@@ -1,0 +1,86 @@
+"""QA rows: where the gold paragraphs land (the reader's top k) and the reader's answers."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import polars as pl
+
+from presdep.metrics import qa, quality
+from presdep.metrics.blocks import Block
+from presdep.metrics.rows import MetricRows
+from presdep.views import CANONICAL_PRESENTATION
+
+log = logging.getLogger(__name__)
+
+
+def add_gold_slot_rows(rows: MetricRows, pert: str, bl: list[Block], qrels_d, k: int) -> None:
+    """Where the gold (grade >= 1) paragraphs land in each presentation's score order.
+
+    gold_in_top{k}: share of presentations whose top k (by -score, position: the
+    reader's input) hold EVERY gold paragraph. gold_slot_mean: mean 1-based slot of
+    the gold paragraphs over presentations; gold_slot_var: each gold paragraph's
+    population variance of its slot across presentations, mean over gold paragraphs.
+    Queries without a gold paragraph are left out.
+    """
+    qids, top, smean, svar = [], [], [], []
+    for b in bl:
+        gold = np.array([qrels_d.get(b.query_id, {}).get(d, 0) >= 1 for d in b.doc_ids])
+        if not gold.any():
+            continue
+        order = quality.presented_order(b.scores, b.positions)
+        slot = order.argsort(axis=1) + 1  # (M, n) 1-based slot of each doc
+        g = slot[:, gold]
+        qids.append(b.query_id)
+        top.append(float((g <= k).all(axis=1).mean()))
+        smean.append(float(g.mean()))
+        svar.append(float(g.var(axis=0).mean()))
+    rows.per_query(pert, f"gold_in_top{k}", qids, top)
+    rows.per_query(pert, "gold_slot_mean", qids, smean)
+    rows.per_query(pert, "gold_slot_var", qids, svar)
+
+
+def add_answer_rows(rows: MetricRows, answers: pl.DataFrame, gold: pl.DataFrame | None) -> None:
+    """answer_flip per perturbation; with gold answers, canonical (presentation 0) EM and F1
+    and their means over presentations."""
+    need = {"query_id", "perturbation", "presentation", "answer"}
+    if need - set(answers.columns):
+        raise ValueError(f"answers lacks column(s) {sorted(need - set(answers.columns))}")
+    golds: dict[str, list[str]] = {}
+    if gold is not None:
+        if {"query_id", "answer"} - set(gold.columns):
+            raise ValueError("gold answers need columns query_id, answer")
+        for q, a in gold.select(pl.col("query_id").cast(pl.String), "answer").iter_rows():
+            golds.setdefault(q, []).append(a)
+    a = answers.select(
+        pl.col("query_id").cast(pl.String), pl.col("perturbation").cast(pl.String), "presentation", "answer"
+    )
+    dup = a.select(["perturbation", "query_id", "presentation"]).is_duplicated()
+    if dup.any():
+        r = a.row(int(dup.arg_max()), named=True)
+        raise ValueError(
+            f"answers: query {r['query_id']!r} (perturbation {r['perturbation']!r}) has two answers "
+            f"for presentation {r['presentation']}"
+        )
+    a = a.sort(["perturbation", "query_id", "presentation"])
+    grouped = a.group_by(["perturbation", "query_id"], maintain_order=True).agg(pl.col("answer"), pl.col("presentation"))
+    for (pert,), part in grouped.group_by(["perturbation"], maintain_order=True):
+        qids = part["query_id"].to_list()
+        ans = part["answer"].to_list()
+        pres = part["presentation"].to_list()
+        rows.per_query(pert, "answer_flip", qids, [qa.answer_flip(x) for x in ans])
+        if gold is None:
+            continue
+        have = [i for i, q in enumerate(qids) if q in golds]
+        if len(have) < len(qids):
+            log.info("%s: %d of %d queries have no gold answer; EM/F1 skip them", pert, len(qids) - len(have), len(qids))
+        canon = [i for i in have if CANONICAL_PRESENTATION in pres[i]]
+        if len(canon) < len(have):
+            log.warning("%s: %d queries have no answer for presentation 0; canonical EM/F1 skip them",
+                        pert, len(have) - len(canon))
+        for name, fn in (("em", qa.exact_match), ("f1", qa.f1_score)):
+            rows.per_query(pert, name, [qids[i] for i in canon],
+                           [fn(ans[i][pres[i].index(CANONICAL_PRESENTATION)], golds[qids[i]]) for i in canon])
+            rows.per_query(pert, f"{name}_mean", [qids[i] for i in have],
+                           [np.mean([fn(x, golds[qids[i]]) for x in ans[i]]) for i in have])
