@@ -126,8 +126,8 @@ def render(rep: dict) -> str:
     lines += ["", "| score job | dtype | prompts | read by model | tokens read | tok/s | start-up s | load s | forward s |",
               "|---|---|---|---|---|---|---|---|---|"]
     for j in s["per_job"]:
-        lines.append(f"| {j['job']} | {j.get('dtype') or '-'} | {j.get('prompts') or '-'} | {_fmt(j.get('prompts_read'), 'd') if j.get('prompts_read') is not None else '-'} | "
-                     f"{_fmt(j.get('tokens_read'), 'd') if j.get('tokens_read') is not None else '-'} | {_fmt(j.get('tokens_per_s'), '.0f')} | "
+        lines.append(f"| {j['job']} | {j.get('dtype') or '-'} | {j.get('prompts') or '-'} | {_fmt(j.get('prompts_read'), 'd')} | "
+                     f"{_fmt(j.get('tokens_read'), 'd')} | {_fmt(j.get('tokens_per_s'), '.0f')} | "
                      f"{_fmt(j.get('startup_s'))} | {_fmt(j.get('model_load_s'))} | {_fmt(j.get('forward_s'))} |")
     lines.append(f"| **all** | | {_fmt(s['prompts'], '.0f')} | {_fmt(s['prompts_read'], '.0f')} | {_fmt(s['tokens_read'], '.0f')} | "
                  f"{_fmt(s['tokens_per_s'], '.0f')} | {_fmt(s['startup_s'])} | {_fmt(s['model_load_s'])} | {_fmt(s['forward_s'])} |")

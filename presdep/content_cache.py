@@ -20,7 +20,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -114,6 +114,23 @@ class ContentCache:
                     self._entries[k] = value
                     new += 1
         return new
+
+    def lookup(self, keys: Sequence[str]) -> dict[str, Any]:
+        """The stored values among ``keys`` (after picking up shards other jobs wrote
+        meanwhile). Counts each distinct key not stored as a miss and every other key
+        asked for as a hit (a repeat of a missing key is computed once, then reused)."""
+        self.refresh()
+        found: dict[str, Any] = {}
+        missing = 0
+        for k in dict.fromkeys(keys):
+            value = self.get(k)
+            if value is None:
+                missing += 1
+            else:
+                found[k] = value
+        self.misses += missing
+        self.hits += len(keys) - missing
+        return found
 
     def get(self, key: str) -> Any | None:
         hit = self._entries.get(key)

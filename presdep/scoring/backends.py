@@ -214,31 +214,25 @@ class TransformersScorer(PromptScorer):
             return self.read_built(built)
         from presdep.scoring.read_cache import entry_key
 
-        cache.refresh()  # reads other jobs finished meanwhile
         keys = [entry_key(b.ids, b.read_positions) for b in built]
-        out = [cache.get(k) for k in keys]
+        found = cache.lookup(keys)  # includes reads other jobs finished meanwhile
         todo: dict[str, int] = {}  # key -> first prompt with it (a repeated prompt is read once)
-        for i, (k, got) in enumerate(zip(keys, out)):
-            if got is None:
+        for i, k in enumerate(keys):
+            if k not in found:
                 todo.setdefault(k, i)
-        cache.hits += len(built) - len(todo)
-        cache.misses += len(todo)
+        fresh: dict[str, Any] = {}
         if todo:
             # The same length-sorted batches read_built would form; each batch is stored as
             # soon as it is read, so a killed job repeats at most the batch in flight.
             miss = list(todo.items())
             miss = [miss[j] for j in sorted(range(len(miss)), key=lambda j: -len(built[miss[j][1]].ids))]
-            fresh: dict[str, Any] = {}
             for start in range(0, len(miss), self.batch_size):
                 part = miss[start : start + self.batch_size]
                 for (k, _), probs in zip(part, self.read_built([built[i] for _, i in part])):
                     fresh[k] = probs
                     cache.put(k, probs)
                 cache.flush()
-            for i, k in enumerate(keys):
-                if out[i] is None:
-                    out[i] = fresh[k].copy()
-        return out
+        return [(found[k] if k in found else fresh[k]).copy() for k in keys]
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         import numpy as np
@@ -250,29 +244,16 @@ class TransformersScorer(PromptScorer):
         return result
 
 
-def model_identity(spec: Mapping[str, Any]) -> dict:
-    """What identifies a model's weights for the read cache: its pin where the spec has one
-    (a GGUF package file's sha256, a Hugging Face revision), else the hash of the loaded
-    directory's weights. Machine-local paths and config names never enter it."""
-    from presdep.scoring.read_cache import weights_sha256
-
-    source = spec.get("source")
-    if source == "gguf_package" and spec.get("sha256"):
-        return {k: spec[k] for k in ("source", "package", "file", "sha256")}
-    if source == "hf" and spec.get("revision"):
-        return {k: spec[k] for k in ("source", "id", "revision")}
-    path = spec.get("path")
-    if not path:
-        raise ValueError(f"cannot identify model {dict(spec)} for the read cache: no pin and no local directory")
-    from pathlib import Path
-
-    p = Path(path)
-    return {"weights_sha256": weights_sha256(p if p.is_dir() else p.parent)}
-
-
 def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> TransformersScorer:
-    from presdep.models import describe_model, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype_choice
-    from presdep.scoring.read_cache import weights_sha256
+    from presdep.hashing import weights_sha256
+    from presdep.models import (
+        describe_model,
+        load_causal_lm,
+        load_tokenizer,
+        model_identity,
+        resolve_device,
+        resolve_dtype_choice,
+    )
 
     spec = model_spec(variant)
     opts = _runtime_options(variant, spec)

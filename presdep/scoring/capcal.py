@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from presdep import __version__
+from presdep.hashing import sha256_file
 from presdep.resume import partial_dir, resume_dir
 from presdep.schemas import read_metadata, read_table, write_table, write_text_atomic
 
@@ -194,9 +195,9 @@ def calibrate_scores_file(
     describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
     sha = getattr(scorer, "template_sha256", None)
     _check_source(meta, source_path, protocol=p, template_sha256=sha, model=describe.get("model"))
-    source_sha = _file_sha256(source_path)
+    source_sha = sha256_file(source_path)
     fingerprint = json.dumps({"presdep_version": __version__, "source_sha256": source_sha, "scorer": describe,
-                              "beta": beta, "eps": EPS, "queries": _file_sha256(candidates_path)},
+                              "beta": beta, "eps": EPS, "queries": sha256_file(candidates_path)},
                              sort_keys=True, default=str)
     done = resume_dir(partial_dir(out_path), fingerprint)
     queries = dict(cand.select("query_id", "query").unique("query_id").iter_rows())
@@ -215,9 +216,3 @@ def calibrate_scores_file(
     return path
 
 
-def _file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

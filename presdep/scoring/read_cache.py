@@ -15,27 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from presdep.content_cache import ContentCache
-from presdep.content_cache import identity_key as _identity_key
 
 log = logging.getLogger(__name__)
 
 # Bump when the meaning of a stored read changes (it is part of every identity).
 FORMAT_VERSION = 1
 SHARD_SCHEMA = pa.schema([("key", pa.string()), ("slots", pa.int32()), ("probs", pa.list_(pa.float64()))])
-
-
-def identity_key(identity: Mapping[str, Any]) -> str:
-    """The folder name of a scoring identity: sha256 of its canonical JSON."""
-    return _identity_key(identity, FORMAT_VERSION)
 
 
 def entry_key(ids: Sequence[int], read_positions: Sequence[int]) -> str:
@@ -45,26 +37,6 @@ def entry_key(ids: Sequence[int], read_positions: Sequence[int]) -> str:
     h.update(b"|")
     h.update(np.asarray(read_positions, dtype="<i8").tobytes())
     return h.hexdigest()
-
-
-def files_sha256(paths: Iterable[Path]) -> str:
-    """One sha256 over several files' names and bytes (sorted by name)."""
-    h = hashlib.sha256()
-    for p in sorted(Path(x) for x in paths):
-        h.update(p.name.encode("utf-8") + b"\x00")
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-def weights_sha256(model_dir: str | os.PathLike) -> str:
-    """Hash of a model or adapter directory's weights and configs (what its reads depend on)."""
-    d = Path(model_dir)
-    files = [p for p in d.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin", ".json", ".gguf"))]
-    if not files:
-        raise FileNotFoundError(f"read cache: no weight or config files in {d} to identify the model by")
-    return files_sha256(files)
 
 
 class ReadCache(ContentCache):
@@ -112,4 +84,4 @@ class Stopwatch:
         return False
 
 
-__all__ = ["FORMAT_VERSION", "ReadCache", "Stopwatch", "entry_key", "files_sha256", "identity_key", "weights_sha256"]
+__all__ = ["FORMAT_VERSION", "ReadCache", "Stopwatch", "entry_key"]

@@ -43,7 +43,7 @@ from presdep.presentations import (
     within_chunk,
 )
 from presdep.resume import partial_dir, resume_dir
-from presdep.schemas import SCHEMAS, atomic_write, write_table
+from presdep.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
 from presdep.scoring import make_scorer
 from presdep.scoring.template import prepare_doc
 
@@ -328,7 +328,7 @@ def score_dataset(
             df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer)
             if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
                 stats = json.dumps(scorer.take_stats(), sort_keys=True)
-                atomic_write(partial / (_partial_name(qid) + ".stats.json"), lambda f: Path(f).write_text(stats))
+                write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
             _write_ipc_atomic(df, partial / _partial_name(qid))
             bar.update(1)
 

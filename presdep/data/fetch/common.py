@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from presdep.data.errors import InputFormatError, json_list, json_records
+from presdep.hashing import sha256_file
 from presdep.schemas import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -19,14 +20,6 @@ log = logging.getLogger(__name__)
 
 class FetchError(RuntimeError):
     """A download or a local copy could not be obtained or verified."""
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sha256_paths(paths: Iterable[str | Path]) -> dict[str, str]:

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from presdep.data.fetch.common import FetchError, sha256_file, verify_sha256
+from presdep.data.fetch.common import FetchError, verify_sha256
+from presdep.hashing import sha256_file
 from presdep.schemas import atomic_path, atomic_write
 
 log = logging.getLogger(__name__)
