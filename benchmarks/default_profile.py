@@ -78,7 +78,7 @@ def score_profiles(log_dir: Path) -> list[dict]:
 def cache_counts(results_dir: Path, kind: str) -> dict:
     """Hits and misses of a cache over every file that used it: the read cache of the
     scores files (``kind="scores"``), the answer cache of the answers files (``"answers"``)."""
-    from presdep.schemas import read_metadata
+    from presdep.contracts.schemas import read_metadata
 
     hits = misses = files = 0
     for path in sorted((results_dir / kind).rglob("*.parquet")):

@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from tqdm.auto import tqdm
 
-    from presdep.models import load_model
+    from presdep.runtime.models import load_model
     from presdep.scoring.backends import TransformersScorer
     from presdep.scoring.readout import grade_probs
 
     if not args.data.exists():
         sys.exit(f"benchmark data not found: {args.data} (pass --data)")
     if not (args.model / "config.json").exists():
-        sys.exit(f"no model directory at {args.model}; run presdep.models.fetch_smollm2 or pass --model")
+        sys.exit(f"no model directory at {args.model}; run presdep.runtime.models.fetch_smollm2 or pass --model")
     torch.set_num_threads(args.threads)
     model, tok = load_model(args.model, device="cpu")
     scorer = TransformersScorer(model, tok, max_doc_chars=args.max_doc_chars, batch_size=1)
@@ -142,13 +142,13 @@ def engines(args) -> dict:
     import numpy as np
     import torch
 
-    from presdep.models import cpu_native_bf16, load_model
+    from presdep.runtime.models import cpu_native_bf16, load_model
     from presdep.scoring.backends import TransformersScorer
 
     if not args.data.exists():
         sys.exit(f"benchmark data not found: {args.data} (pass --data)")
     if not (args.model / "config.json").exists():
-        sys.exit(f"no model directory at {args.model}; run presdep.models.fetch_smollm2 or pass --model")
+        sys.exit(f"no model directory at {args.model}; run presdep.runtime.models.fetch_smollm2 or pass --model")
     torch.set_num_threads(args.threads)
     data = json.loads(args.data.read_text())
     prompts = [(e["query"], [h["content"] for h in e["hits"][: args.B]]) for e in data[: args.prompts]]

@@ -36,7 +36,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from presdep.models import load_model
+    from presdep.runtime.models import load_model
     from presdep.training.lora import add_lora, tiny_causal_lm
     from presdep.training.objectives import OCSFT, QueryList
     from presdep.training.readout_grad import GradReadout

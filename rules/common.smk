@@ -1,21 +1,15 @@
 # Config validation, path helpers, the matrix, and wildcard constraints built from it.
-import re
 from pathlib import Path
 
 import presdep
-from presdep.config import (
-    SCHEMA_PATH,
-    apply_replacing_sections,
-    load_workflow_config,
-    protocol_for,
-    rule_params,
-    runnable_variants,
-    variant_config,
-)
+from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, thaw
+from presdep.config.wildcards import alternatives
 
 # A --configfile's datasets/variants/synthetic replace the embedded default's. Validation
 # fills every default from the schema (the only place defaults live) and refuses unknown
-# keys, so a typo stops the workflow here, before any job runs.
+# keys, so a typo stops the workflow here, before any job runs. From here on the rules read
+# the typed records in CFG only; `config` is refilled with the validated dict so that
+# Snakemake's own config dump (--report, provenance) shows what ran.
 _filled, CFG = load_workflow_config(
     apply_replacing_sections(config, workflow.overwrite_configfiles or []),
     SCHEMA_PATH,
@@ -29,31 +23,28 @@ EVAL_DATASETS = CFG.eval_datasets
 VARIANTS = CFG.runnable_variants
 # A scoring run: an untrained variant, or one training seed of a trained one ("oc_sft/seed42").
 RUNS = CFG.runs
-SYNTHETIC = list(config["synthetic"])
+SYNTHETIC = list(CFG.synthetic)
+# The one rerun trigger besides each rule's settings: every rule has `version=PRESDEP_VERSION`
+# in its params, and its behavioural settings as plain data (records' as_dict()) beside it,
+# so `--rerun-triggers params` re-runs a job when either changes.
 PRESDEP_VERSION = presdep.__version__
 # Threads of model jobs (scoring, training, the CapCal prior, the reader). Locally Snakemake
 # scales a job's threads down to --cores; on a cluster set-threads in the profile decides.
-MODEL_THREADS = int(config["model_threads"])
+MODEL_THREADS = CFG.model_threads
 
 
-def _alternatives(names):
-    return "|".join(re.escape(n) for n in names) or "(?!x)x"
 
 
 wildcard_constraints:
-    dataset=_alternatives(DATASETS),
-    variant=_alternatives(RUNS),
-    collection=_alternatives(SYNTHETIC),
+    dataset=alternatives(DATASETS),
+    variant=alternatives(RUNS),
+    collection=alternatives(SYNTHETIC),
     split="train|heldout|test",
-
-
-def dataset_config(wildcards):
-    return config["datasets"][wildcards.dataset]
 
 
 def candidate_source_files(wildcards):
     """The input files a dataset's candidates come from (so Snakemake tracks them)."""
-    src = config["datasets"][wildcards.dataset]["candidates"]
+    src = CFG.datasets[wildcards.dataset].candidates
     fmt = src["format"]
     if fmt in ("rank_llm_json", "ircot_jsonl", "hotpotqa_json", "rm_bench_json", "responses_jsonl"):
         return {"candidates_src": src["path"]}
@@ -66,14 +57,14 @@ def candidate_source_files(wildcards):
 
 def qrels_input(wildcards):
     """The qrels file to track ({} for ir_datasets ids, which live in ir_datasets' cache)."""
-    src = config["datasets"][wildcards.dataset].get("qrels")
+    src = CFG.datasets[wildcards.dataset].qrels
     if not src:  # self-judged candidates formats carry their own labels
         return {}
     return {} if src["format"] == "irds" else {"qrels_src": qrels_source_file(wildcards)}
 
 
 def qrels_source_file(wildcards):
-    src = config["datasets"][wildcards.dataset]["qrels"]
+    src = CFG.datasets[wildcards.dataset].qrels
     if src["format"] == "beir":
         from presdep.data.beir import beir_qrels_path
 
@@ -86,7 +77,7 @@ def _figure1_choice():
 
     Never guessed: without `figure1` the figure has no input and asking for it says so.
     """
-    chosen = config.get("figure1")
+    chosen = CFG.figure1
     if not chosen:
         return None
     missing = [k for k in ("variant", "dataset") if k not in chosen]
@@ -123,7 +114,21 @@ FIGURE1 = _figure1_choice()
 def metrics_files():
     # A run covers the eval datasets of its variant's tasks only (a task's student, its own task).
     return [f"results/metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items() for ds in EVAL_DATASETS
-            if config["datasets"][ds]["task"] in config["variants"][name]["tasks"]]
+            if CFG.datasets[ds].task in CFG.variants[name].tasks]
+
+
+def final_outputs():
+    """What a run delivers: Table 1 with its counts and BSC's K-curve, the stability analysis,
+    every metrics file, and Figure 1 where the config names its example (`rule all`, `make run`)."""
+    return [
+        "results/table1.csv",
+        "results/table1.md",
+        "results/table1_counts.csv",
+        "results/bsc_curve.csv",
+        "results/stability/table1.json",
+        *metrics_files(),
+        *(["results/figure1.svg"] if FIGURE1 else []),
+    ]
 
 
 def run_variant(wildcards):
@@ -137,7 +142,7 @@ def metrics_inputs(wildcards):
         "scores": f"results/scores/{wildcards.variant}/{wildcards.dataset}.parquet",
         "qrels": f"results/{wildcards.dataset}/qrels.parquet",
     }
-    if config["datasets"][wildcards.dataset]["task"] == "qa":
+    if CFG.datasets[wildcards.dataset].task == "qa":
         inputs["answers"] = f"results/answers/{wildcards.variant}/{wildcards.dataset}.parquet"
         inputs["gold"] = f"results/{wildcards.dataset}/answers_gold.parquet"
     return inputs
@@ -149,37 +154,38 @@ def score_inputs(wildcards):
         "qrels": f"results/{wildcards.dataset}/qrels.parquet",
     }
     name, seed = run_variant(wildcards)
-    v = config["variants"][name]
-    model = v.get("model")
-    if model:
+    v = CFG.variants[name]
+    if v.model:
         # Every model is fetched once into resources/models/<name> (a hub id downloads there).
-        inputs["model_dir"] = f"resources/models/{model}"
-    if v.get("student"):
+        inputs["model_dir"] = f"resources/models/{v.model}"
+    if v.student:
         inputs["selected"] = f"results/models/{name}/selected.json"
-    if v.get("calibration") == "capcal":
+    if v.calibration == "capcal":
         # CapCal recalibrates another run's stored probabilities (only its probes are model work).
-        source = v["reuse_scores_of"]
-        if source not in RUNS or config["variants"][source]["calibration"] != "none":
+        source = v.reuse_scores_of
+        if source not in RUNS or CFG.variants[source].calibration != "none":
             raise ValueError(f"variants.{name}.reuse_scores_of: {source!r} must be a runnable, untrained, "
                              f"uncalibrated variant (runs: {sorted(RUNS)})")
         inputs["reuse_scores"] = f"results/scores/{source}/{wildcards.dataset}.parquet"
     return inputs
 
 
-def _scorer_of(wildcards):
-    return config["variants"][run_variant(wildcards)[0]]["scorer"]
+def run_record(wildcards):
+    """The variant record of a scoring run."""
+    return CFG.variants[run_variant(wildcards)[0]]
+
+
+def scorer_caps(wildcards):
+    """The capability record of a scoring run's scorer: its env, threads and resources."""
+    return run_record(wildcards).capabilities
 
 
 def _score_threads(wildcards):
-    return 1 if _scorer_of(wildcards) in ("identity", "hosted") else MODEL_THREADS
+    return MODEL_THREADS if scorer_caps(wildcards).local_model else 1
 
 
 # --- BM25 first stage (rules/retrieval.smk) ---
-_BM25_DATASETS = {
-    name: spec["candidates"]
-    for name, spec in config["datasets"].items()
-    if spec["candidates"]["format"] == "bm25"
-}
+_BM25_DATASETS = {name: d.candidates for name, d in CFG.datasets.items() if d.candidates["format"] == "bm25"}
 
 
 def _index_name(dataset):
@@ -196,10 +202,6 @@ for _ds in _BM25_DATASETS:
         raise ValueError(f"datasets sharing index {_name!r} name different corpora: {_BM25_INDEXES[_name]} vs {_corpus}")
 
 
-def _alternatives_or_nothing(names):
-    return "|".join(re.escape(n) for n in names) or "(?!x)x"
-
-
 def _bm25_source_input(src):
     """The local file or folder behind a corpus/topics source (none for ir_datasets ids)."""
     return [] if src["format"] == "irds" else [src["path"]]
@@ -210,4 +212,4 @@ def _bm25_params(wildcards):
     missing = [key for key in ("k", "k1", "b", "topics") if key not in cand]
     if missing:
         raise ValueError(f"datasets.{wildcards.dataset}.candidates lacks {missing} (needed for bm25)")
-    return {"k": int(cand["k"]), "k1": float(cand["k1"]), "b": float(cand["b"])}
+    return {"k": cand["k"], "k1": cand["k1"], "b": cand["b"]}

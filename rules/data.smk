@@ -9,7 +9,8 @@ rule generate_synthetic:
             name=["candidates.json", "qrels.txt", "topics.tsv"],
         ),
     params:
-        spec=lambda wc: rule_params(config["synthetic"][wc.collection]),
+        spec=lambda wc: thaw(CFG.synthetic[wc.collection]),
+        version=PRESDEP_VERSION,
         out_dir=lambda wc: f"resources/datasets/{wc.collection}",
     conda:
         "../envs/retrieval.yaml"
@@ -19,17 +20,18 @@ rule generate_synthetic:
         "../scripts/generate_synthetic.py"
 
 
-SYNTHETIC_TASKS = list(config["synthetic_tasks"])
+SYNTHETIC_TASKS = list(CFG.synthetic_tasks)
 
 
 rule generate_synthetic_task:
     output:
         "resources/datasets/{taskset}/{split}/{kind}.jsonl",
     wildcard_constraints:
-        taskset="|".join(re.escape(n) for n in SYNTHETIC_TASKS) or "(?!x)x",
+        taskset=alternatives(SYNTHETIC_TASKS),
         kind="questions|responses",
     params:
-        spec=lambda wc: rule_params(config["synthetic_tasks"][wc.taskset]),
+        spec=lambda wc: thaw(CFG.synthetic_tasks[wc.taskset]),
+        version=PRESDEP_VERSION,
     conda:
         "../envs/retrieval.yaml"
     log:

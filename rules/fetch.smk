@@ -1,16 +1,16 @@
-# Data acquisition for catalogue datasets (presdep/catalogue.yaml): each writes
+# Data acquisition for catalogue datasets (presdep/config/catalogue.yaml): each writes
 # resources/datasets/<catalogue id>/ with a manifest.json. A dataset with local_path is
 # verified and converted from those files; otherwise the original is downloaded
 # (pyserini prebuilt index + bundled topics/qrels, Hugging Face at a pinned revision, or the
 # release URL with a pinned sha256).
 import sys
 
-from presdep.catalogue import fetch_ids, fetch_jobs, fetch_local_inputs, fetch_outputs
+from presdep.config.catalogue import fetch_ids, fetch_jobs, fetch_local_inputs, fetch_outputs
 
-FETCH_JOBS = fetch_jobs(config["datasets"])
+FETCH_JOBS = fetch_jobs(CFG.datasets)
 
 # Catalogue datasets that cannot run here (not public, no local copy) are named at every start.
-for _name, _reason in config["skipped_datasets"].items():
+for _name, _reason in CFG.skipped_datasets.items():
     print(f"presdep: dataset {_name} skipped: {_reason}", file=sys.stderr)
 
 
@@ -25,7 +25,7 @@ rule fetch_dataset:
         catalogue_id=fetch_ids(FETCH_JOBS, "ranked"),
     params:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
-        meta=lambda w: rule_params(FETCH_JOBS[w.catalogue_id]),
+        version=PRESDEP_VERSION,
     log:
         "logs/fetch_dataset/{catalogue_id}.log",
     threads: 4
@@ -49,7 +49,7 @@ rule fetch_dataset_qa:
         catalogue_id=fetch_ids(FETCH_JOBS, "qa"),
     params:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
-        meta=lambda w: rule_params(FETCH_JOBS[w.catalogue_id]),
+        version=PRESDEP_VERSION,
     log:
         "logs/fetch_dataset/{catalogue_id}.log",
     resources:
@@ -73,7 +73,7 @@ rule fetch_dataset_beir:
         catalogue_id=fetch_ids(FETCH_JOBS, "beir"),
     params:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
-        meta=lambda w: rule_params(FETCH_JOBS[w.catalogue_id]),
+        version=PRESDEP_VERSION,
     log:
         "logs/fetch_dataset/{catalogue_id}.log",
     resources:
@@ -94,7 +94,7 @@ rule fetch_training_pool:
         catalogue_id=fetch_ids(FETCH_JOBS, "pool_ranked"),
     params:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
-        meta=lambda w: rule_params(FETCH_JOBS[w.catalogue_id]),
+        version=PRESDEP_VERSION,
     log:
         "logs/fetch_dataset/{catalogue_id}.log",
     threads: 8
@@ -117,7 +117,7 @@ rule fetch_training_pool_qa:
         catalogue_id=fetch_ids(FETCH_JOBS, "pool_qa"),
     params:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
-        meta=lambda w: rule_params(FETCH_JOBS[w.catalogue_id]),
+        version=PRESDEP_VERSION,
     log:
         "logs/fetch_dataset/{catalogue_id}.log",
     resources:

@@ -10,9 +10,9 @@ rule build_fixture:
         qrels="results/{dataset}/qrels.parquet",
         gold="results/{dataset}/answers_gold.parquet",
     params:
-        dataset_config=lambda wc: config["datasets"][wc.dataset],
-        seed=config["protocol"]["seed"],
-        meta=lambda wc: rule_params(config["datasets"][wc.dataset], {"seed": config["protocol"]["seed"]}),
+        dataset_config=lambda wc: CFG.datasets[wc.dataset].as_dict(),
+        protocol=lambda wc: CFG.datasets[wc.dataset].protocol.as_dict(),
+        version=PRESDEP_VERSION,
     conda:
         "../envs/retrieval.yaml"
     log:

@@ -7,17 +7,17 @@ rule metrics:
         # reranking reads t* (and the test half) from the threshold artifact
         unpack(
             lambda wc: {"thresholds": f"results/thresholds/{wc.variant}/{wc.dataset}.json"}
-            if config["datasets"][wc.dataset]["task"] == "rerank"
+            if CFG.datasets[wc.dataset].task == "rerank"
             else {}
         ),
     output:
         metrics="results/metrics/{variant}/{dataset}.parquet",
     params:
-        task=lambda wc: config["datasets"][wc.dataset]["task"],
+        task=lambda wc: CFG.datasets[wc.dataset].task,
         variant=lambda wc: run_variant(wc)[0],
         seed=lambda wc: run_variant(wc)[1],
-        bsc_k=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_k"]),
-        bsc_ensembles=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_ensembles"]),
+        bsc_k=lambda wc: run_record(wc).bsc_k,
+        bsc_ensembles=lambda wc: run_record(wc).bsc_ensembles,
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"

@@ -13,7 +13,7 @@ rule fetch_model:
     benchmark:
         "results/benchmarks/fetch_model/{model}.tsv"
     resources:
-        mem_mb=lambda wc: int(_model_spec(wc)["mem_mb"]),
+        mem_mb=lambda wc: _model_spec(wc)["mem_mb"],
         runtime=60,
     script:
         "../scripts/fetch_model.py"

@@ -2,7 +2,4 @@
 
 
 def _model_spec(wildcards):
-    if wildcards.model not in config["models"]:
-        raise ValueError(f"model {wildcards.model!r} is not in config['models']")
-    return config["models"][wildcards.model]
-
+    return thaw(CFG.model(wildcards.model))

@@ -2,14 +2,12 @@
 # top-k paragraphs by score, in score order (no threshold).
 # Config: `reader: {model: <name in models>, k, max_new_tokens, batch_size, device, dtype}`.
 
-QA_DATASETS = [name for name, spec in config["datasets"].items() if spec["task"] == "qa"]
-READER = dict(config["reader"])
+QA_DATASETS = CFG.datasets_of_task("qa")
+READER = thaw(CFG.reader)
 READER_MODEL = READER.get("model")
 if QA_DATASETS and not READER_MODEL:
     raise ValueError(f"QA datasets {QA_DATASETS} need a reader: set `reader: {{model: <name in models>}}`")
-if READER_MODEL and READER_MODEL not in config["models"]:
-    raise ValueError(f"reader.model {READER_MODEL!r} is not in config['models']")
-READER_SPEC = config["models"][READER_MODEL] if READER_MODEL else {}
+READER_SPEC = thaw(CFG.model(READER_MODEL)) if READER_MODEL else {}
 # The model entry's device and dtype are the reader's unless the reader section sets its own.
 READER_SETTINGS = {**{k: READER_SPEC[k] for k in ("device", "dtype") if k in READER_SPEC}, **READER}
 
@@ -22,12 +20,12 @@ rule read_answers:
     output:
         answers="results/answers/{variant}/{dataset}.parquet",
     wildcard_constraints:
-        dataset=_alternatives(QA_DATASETS),
+        dataset=alternatives(QA_DATASETS),
     params:
         reader=READER_SETTINGS,
         model=READER_SPEC,
-        answer_cache=config["read_cache"]["answers_dir"] if config["read_cache"]["enabled"] else "",
-        max_doc_chars=lambda wc: int(protocol_for(config, wc.dataset)["max_doc_chars"]),
+        answer_cache=CFG.read_cache.answers_path,
+        max_doc_chars=lambda wc: CFG.datasets[wc.dataset].protocol.max_doc_chars,
         version=PRESDEP_VERSION,
     conda:
         "../envs/gpu.yaml"
@@ -37,8 +35,8 @@ rule read_answers:
         "results/benchmarks/read_answers/{variant}/{dataset}.tsv"
     threads: MODEL_THREADS
     resources:
-        mem_mb=lambda wc: int(READER_SPEC["mem_mb"]),
+        mem_mb=lambda wc: READER_SPEC["mem_mb"],
         runtime=240,
-        gpu=lambda wc: int(READER_SPEC["gpu"]),
+        gpu=lambda wc: READER_SPEC["gpu"],
     script:
         "../scripts/read_answers.py"

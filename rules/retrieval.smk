@@ -11,10 +11,10 @@ rule build_index:
     output:
         index=directory("resources/indexes/{index}"),
     wildcard_constraints:
-        index=_alternatives_or_nothing(_BM25_INDEXES),
+        index=alternatives(_BM25_INDEXES),
     params:
-        presdep=PRESDEP_VERSION,
-        corpus=lambda w: _BM25_INDEXES[w.index],
+        version=PRESDEP_VERSION,
+        corpus=lambda w: thaw(_BM25_INDEXES[w.index]),
     log:
         "logs/build_index/{index}.log",
     benchmark:
@@ -39,11 +39,11 @@ rule retrieve:
         trec="results/{dataset}/first_stage.trec",
         meta="results/{dataset}/dataset_meta.yaml",
     wildcard_constraints:
-        dataset=_alternatives_or_nothing(_BM25_DATASETS),
+        dataset=alternatives(_BM25_DATASETS),
     params:
-        presdep=PRESDEP_VERSION,
-        corpus=lambda w: _BM25_DATASETS[w.dataset]["corpus"],
-        topics=lambda w: _BM25_DATASETS[w.dataset]["topics"],
+        version=PRESDEP_VERSION,
+        corpus=lambda w: thaw(_BM25_DATASETS[w.dataset]["corpus"]),
+        topics=lambda w: thaw(_BM25_DATASETS[w.dataset]["topics"]),
         bm25=_bm25_params,
     log:
         "logs/retrieve/{dataset}.log",

@@ -7,22 +7,26 @@ rule score:
     output:
         scores="results/scores/{variant}/{dataset}.parquet",
     params:
-        variant=lambda wc: variant_config(config, run_variant(wc)[0]),
+        variant_name=lambda wc: run_variant(wc)[0],
+        variant=lambda wc: run_record(wc).as_dict(),
+        # The models entry the variant names (its folder comes as the model_dir input).
+        model=lambda wc: thaw(CFG.model(run_record(wc).model)) if run_record(wc).model else None,
         seed=lambda wc: run_variant(wc)[1],
-        protocol=lambda wc: protocol_for(config, wc.dataset),
+        protocol=lambda wc: CFG.datasets[wc.dataset].protocol.as_dict(),
         version=PRESDEP_VERSION,
         # Where model reads are cached ("": off); a cache hit equals a fresh read bit for bit.
-        read_cache=lambda wc: config["read_cache"]["dir"] if config["read_cache"]["enabled"] else "",
+        read_cache=CFG.read_cache.scores_path,
     conda:
-        lambda wc: {"hosted": "../envs/hosted.yaml", "identity": "../envs/cpu.yaml"}.get(_scorer_of(wc), "../envs/gpu.yaml")
+        # The scorer's capability record names its environment, threads and resources.
+        lambda wc: f"../envs/{scorer_caps(wc).env}.yaml"
     log:
         "logs/score/{variant}/{dataset}.log",
     benchmark:
         "results/benchmarks/score/{variant}/{dataset}.tsv"
     threads: _score_threads
     resources:
-        mem_mb=lambda wc: 1000 if _scorer_of(wc) == "identity" else 8000,
-        runtime=lambda wc: 10 if _scorer_of(wc) == "identity" else 240,
-        teacher_api=lambda wc: 1 if _scorer_of(wc) == "hosted" else 0,
+        mem_mb=lambda wc: scorer_caps(wc).mem_mb,
+        runtime=lambda wc: scorer_caps(wc).runtime,
+        teacher_api=lambda wc: scorer_caps(wc).api_slots,
     script:
         "../scripts/score.py"

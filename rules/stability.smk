@@ -8,8 +8,8 @@ rule stability:
         json="results/stability/table1.json",
         svg_dir=directory("results/stability/svg"),
     params:
-        resamples=config["stability"]["resamples"],
-        seed=config["stability"]["seed"],
+        resamples=CFG.stability["resamples"],
+        seed=CFG.stability["seed"],
         version=PRESDEP_VERSION,
     log:
         "logs/stability.log",

@@ -9,9 +9,9 @@ rule thresholds:
     output:
         json="results/thresholds/{variant}/{dataset}.json",
     params:
-        split_seed=config["protocol"]["split_seed"],
-        bsc_k=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_k"]),
-        bsc_ensembles=lambda wc: int(config["variants"][run_variant(wc)[0]]["bsc_ensembles"]),
+        split_seed=CFG.split_seed,
+        bsc_k=lambda wc: run_record(wc).bsc_k,
+        bsc_ensembles=lambda wc: run_record(wc).bsc_ensembles,
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"

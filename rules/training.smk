@@ -8,8 +8,8 @@ rule silver_labels:
         silver="results/silver/{teacher}/{dataset}.parquet",
     params:
         # Settings only: a hosted teacher names the environment variable of its key, never the key.
-        teacher=lambda wc: _teacher(wc),
-        protocol=lambda wc: protocol_for(config, wc.dataset),
+        teacher=lambda wc: _teacher(wc).as_dict(),
+        protocol=lambda wc: CFG.datasets[wc.dataset].protocol.as_dict(),
         cache_dir=lambda wc: f"results/cache/hosted/{wc.teacher}",
         version=PRESDEP_VERSION,
     conda:
@@ -22,7 +22,7 @@ rule silver_labels:
     resources:
         mem_mb=lambda wc: 8000 if _is_open_weight(wc) else 2000,
         runtime=lambda wc: 240 if _is_open_weight(wc) else 600,
-        gpu=lambda wc: 1 if _is_open_weight(wc) and _teacher(wc).get("device") == "cuda" else 0,
+        gpu=lambda wc: 1 if _teacher(wc).on_gpu else 0,
         teacher_api=lambda wc: 0 if _is_open_weight(wc) else 1,
     script:
         "../scripts/silver_labels.py"
@@ -41,7 +41,7 @@ rule train_student:
         # Selection settings stay out: changing how lambda is chosen never retrains.
         student=lambda wc: {k: v for k, v in _training_settings(wc).items() if k not in _SELECTION_KEYS},
         variant=lambda wc: _student(wc)[0],
-        protocol=lambda wc: protocol_for(config, _student(wc)[2]["train"]),
+        protocol=lambda wc: CFG.datasets[_student(wc)[2].train].protocol.as_dict(),
         version=PRESDEP_VERSION,
     conda:
         "../envs/training.yaml"
@@ -65,11 +65,12 @@ rule select_lambda:
     output:
         selected="results/models/{variant}/selected.json",
     wildcard_constraints:
-        variant=_talt(TRAINED),
+        variant=alternatives(TRAINED),
     params:
         runs=_selection_runs,
         selection=_selection_settings,
-        meta=lambda wc: rule_params(TRAINED[wc.variant]["student"]),
+        student=lambda wc: TRAINED[wc.variant].student.as_dict(),
+        version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"
     log:

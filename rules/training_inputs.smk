@@ -9,34 +9,21 @@
 #              gpt:  {kind: hosted, provider: openai, base_url: ..., model: ..., api_key_env: OPENAI_API_KEY, T: 10}}
 # Hosted calls are throttled cluster-wide with `--resources teacher_api=N`.
 
-import re as _tre
-
-TEACHERS = {k: v for k, v in config["teachers"].items() if not v.get("skip")}
-TRAINED = {
-    name: v for name, v in config["variants"].items() if v.get("student") and not v.get("skip")
-}
+TEACHERS = CFG.usable_teachers  # name -> Teacher record
+TRAINED = CFG.trained_variants  # name -> Variant record with a student
 _STUDENT_KEYS_OUTSIDE_TRAINING = ("teacher", "train", "heldout", "seeds", "lambda")
-
-
-def _lambdas(v):
-    lam = v["student"]["lambda"]
-    return [float(x) for x in (lam if isinstance(lam, list) else [lam])]
 
 
 def _student_name(variant, lam):
     return f"{variant}__lambda{lam:g}"
 
 
-STUDENTS = {_student_name(n, lam): (n, lam) for n, v in TRAINED.items() for lam in _lambdas(v)}
-
-
-def _talt(names):
-    return "|".join(_tre.escape(n) for n in names) or "(?!x)x"
+STUDENTS = {_student_name(n, lam): (n, lam) for n, v in TRAINED.items() for lam in v.student.lambdas}
 
 
 wildcard_constraints:
-    teacher=_talt(TEACHERS),
-    student=_talt(STUDENTS),
+    teacher=alternatives(TEACHERS),
+    student=alternatives(STUDENTS),
     seed=r"\d+",
 
 
@@ -51,54 +38,54 @@ def _teacher(wc):
 def _silver_inputs(wc):
     inputs = {"candidates": f"results/{wc.dataset}/candidates.parquet"}
     t = _teacher(wc)
-    if t["kind"] == "open_weight":
-        inputs["model_dir"] = _model_dir(t["model"])
+    if t.open_weight:
+        inputs["model_dir"] = _model_dir(t.model)
     return inputs
 
 
 def _is_open_weight(wc):
-    return _teacher(wc)["kind"] == "open_weight"
+    return _teacher(wc).open_weight
 
 
 def _student(wc):
+    """(variant name, lambda, Student record) of one student run."""
     variant, lam = STUDENTS[wc.student]
-    return variant, lam, TRAINED[variant]["student"]
+    return variant, lam, TRAINED[variant].student
 
 
 def _training_settings(wc):
     """Every behavioural setting of one student run (the lambda list resolved to its value)."""
     variant, lam, s = _student(wc)
-    out = {k: v for k, v in s.items() if k not in _STUDENT_KEYS_OUTSIDE_TRAINING}
+    out = {k: v for k, v in s.as_dict().items() if k not in _STUDENT_KEYS_OUTSIDE_TRAINING}
     out["lambda"] = lam
-    out["teacher"] = s["teacher"]
-    out["teacher_spec"] = TEACHERS[s["teacher"]]
-    out["train"], out["heldout"] = s["train"], s["heldout"]
+    out["teacher"] = s.teacher
+    out["teacher_spec"] = TEACHERS[s.teacher].as_dict()
+    out["train"], out["heldout"] = s.train, s.heldout
     return out
 
 
 def _train_inputs(wc):
     variant, lam, s = _student(wc)
     return {
-        "silver": f"results/silver/{s['teacher']}/{s['train']}.parquet",
-        "train_candidates": f"results/{s['train']}/candidates.parquet",
-        "train_qrels": f"results/{s['train']}/qrels.parquet",
-        "heldout_candidates": f"results/{s['heldout']}/candidates.parquet",
-        "heldout_qrels": f"results/{s['heldout']}/qrels.parquet",
-        "model_dir": _model_dir(TRAINED[variant]["model"]),
+        "silver": f"results/silver/{s.teacher}/{s.train}.parquet",
+        "train_candidates": f"results/{s.train}/candidates.parquet",
+        "train_qrels": f"results/{s.train}/qrels.parquet",
+        "heldout_candidates": f"results/{s.heldout}/candidates.parquet",
+        "heldout_qrels": f"results/{s.heldout}/qrels.parquet",
+        "model_dir": _model_dir(TRAINED[variant].model),
     }
 
 
 def _on_gpu(wc):
-    return _student(wc)[2]["device"] == "cuda"
+    return _student(wc)[2].device == "cuda"
 
 
 def _selection_runs(wc):
     v = TRAINED[wc.variant]
-    seeds = [int(x) for x in v["student"]["seeds"]]
     return [
         {"lambda": lam, "seed": seed, "dir": f"results/models/{_student_name(wc.variant, lam)}/seed{seed}"}
-        for lam in _lambdas(v)
-        for seed in seeds
+        for lam in v.student.lambdas
+        for seed in v.student.seeds
     ]
 
 
@@ -107,8 +94,8 @@ _SELECTION_KEYS = ("lambda_rule", "lambda_fixed", "collapse_floor")
 
 def _selection_settings(wc):
     """How a trained variant's lambda is chosen; the train dataset's task decides (OC-SFT only)."""
-    s = TRAINED[wc.variant]["student"]
-    task = config["datasets"][s["train"]]["task"]
-    which = s["lambda_rule"][task] if s["objective"] == "oc_sft" else "checkpoint"
-    return {"task": task, "rule": which, "converged_step": s["lambda_warmup_steps"],
-            "collapse_floor": s["collapse_floor"], "fixed_lambda": s["lambda_fixed"]}
+    s = TRAINED[wc.variant].student
+    task = CFG.datasets[s.train].task
+    which = s.spec["lambda_rule"][task] if s.objective == "oc_sft" else "checkpoint"
+    return {"task": task, "rule": which, "converged_step": s.spec["lambda_warmup_steps"],
+            "collapse_floor": s.spec["collapse_floor"], "fixed_lambda": s.spec["lambda_fixed"]}

@@ -1,11 +1,11 @@
-"""Snakemake adapter: rule build_index -> presdep.retrieval.build_index."""
+"""Snakemake adapter: rule build_index -> presdep.candidates.bm25.build_index."""
 
 import os
 import sys
 
+from presdep.candidates.bm25 import build_index
 from presdep.data.corpus import source_location
-from presdep.logs import log_to_file
-from presdep.retrieval import build_index
+from presdep.runtime.logs import log_to_file
 
 log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
 os.dup2(sys.stderr.fileno(), 2)  # the in-process JVM writes to file descriptor 2 directly

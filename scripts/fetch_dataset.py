@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from presdep.data.fetch.run import fetch
-from presdep.logs import log_to_file
+from presdep.runtime.logs import log_to_file
 
 log_to_file(snakemake.log[0])
 job = snakemake.params.job

@@ -1,6 +1,6 @@
 """Snakemake adapter: generate one synthetic collection."""
 from presdep.data.synthetic import SyntheticSpec, generate
-from presdep.logs import log_to_file
+from presdep.runtime.logs import log_to_file
 
 log_to_file(snakemake.log[0])
-generate(SyntheticSpec(**snakemake.params.spec["p0"]), snakemake.params.out_dir)
+generate(SyntheticSpec(**snakemake.params.spec), snakemake.params.out_dir)

@@ -1,6 +1,6 @@
 """Snakemake adapter: metrics of one (variant, dataset)."""
-from presdep.logs import log_to_file
 from presdep.metrics.compute import metrics_from_files
+from presdep.runtime.logs import log_to_file
 
 log_to_file(snakemake.log[0])
 metrics_from_files(

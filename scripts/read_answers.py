@@ -1,6 +1,6 @@
 """Snakemake adapter: the frozen reader answers one (variant, QA dataset)."""
-from presdep.logs import log_to_file
-from presdep.reader import read_answers_files
+from presdep.runtime.logs import log_to_file
+from presdep.scoring.reader import read_answers_files
 
 log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
 read_answers_files(

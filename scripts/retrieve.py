@@ -1,11 +1,11 @@
-"""Snakemake adapter: rule retrieve -> presdep.retrieval.run_first_stage."""
+"""Snakemake adapter: rule retrieve -> presdep.candidates.bm25.run_first_stage."""
 
 import os
 import sys
 
+from presdep.candidates.bm25 import run_first_stage
 from presdep.data.corpus import source_location
-from presdep.logs import log_to_file
-from presdep.retrieval import run_first_stage
+from presdep.runtime.logs import log_to_file
 
 log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
 os.dup2(sys.stderr.fileno(), 2)  # the in-process JVM writes to file descriptor 2 directly
@@ -26,5 +26,5 @@ run_first_stage(
     topics_split=topics["split"],
     topics_field=topics.get("field"),
     dataset=snakemake.wildcards.dataset,  # noqa: F821
-    params={"presdep": p.presdep, "corpus": p.corpus, "topics": topics},
+    params={"presdep": p.version, "corpus": p.corpus, "topics": topics},
 )

@@ -1,6 +1,6 @@
 """Snakemake adapter: the reranking threshold artifact of one (run, dataset)."""
-from presdep.logs import log_to_file
 from presdep.metrics.thresholds import thresholds_from_files
+from presdep.runtime.logs import log_to_file
 
 log_to_file(snakemake.log[0])
 thresholds_from_files(

@@ -1,7 +1,8 @@
 """Snakemake adapter: LoRA-train one student (objective, lambda) under one seed; resumes after a kill."""
 from pathlib import Path
 
-from presdep.logs import log_to_file
+from presdep.config.records import Protocol, TrainingSettings
+from presdep.runtime.logs import log_to_file
 from presdep.training.loop import train_student_files
 
 log_to_file(snakemake.log[0])
@@ -13,10 +14,9 @@ train_student_files(
     heldout_candidates_path=snakemake.input.heldout_candidates,
     heldout_qrels_path=snakemake.input.heldout_qrels,
     out_dir=Path(snakemake.output.done).parent,
-    student=snakemake.params.student,
-    B=snakemake.params.protocol["B"],
+    student=TrainingSettings.from_dict(snakemake.params.student),
+    protocol=Protocol.from_dict(snakemake.params.protocol),
     seed=int(snakemake.wildcards.seed),
-    max_doc_chars=snakemake.params.protocol["max_doc_chars"],
     threads=snakemake.threads,
     provenance={"student": snakemake.wildcards.student, "variant": snakemake.params.variant},
 )

@@ -27,7 +27,7 @@ def smollm2_model_dir(request) -> Path:
     for cand in (os.environ.get("PRESDEP_SMOLLM2_DIR"), REPO / "resources" / "models" / "smollm2"):
         if cand and (Path(cand) / "config.json").exists():
             return Path(cand)
-    from presdep.models import fetch_smollm2
+    from presdep.runtime.models import fetch_smollm2
 
     target = request.config.cache.mkdir("presdep-smollm2") / "model"
     if not (target / "config.json").exists():

@@ -19,7 +19,7 @@ def requires_file(path: Path, what: str) -> pytest.MarkDecorator:
 
 def fetch_catalogue_entry(name: str, path: Path, out: Path, *, layout: str):
     """Fetch dataset ``name`` through its catalogue entry, reading the source from ``path``."""
-    from presdep.catalogue import load_catalogue
+    from presdep.config.catalogue import load_catalogue
 
     entry = load_catalogue()["datasets"][name]
     return fetch(name, entry, out, layout=layout, local={"path": str(path)})

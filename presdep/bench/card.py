@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from xml.sax.saxutils import escape
 
+from presdep.contracts.schemas import write_text_atomic
+
 
 def card_svg(tasks: Sequence[Mapping[str, Any]], provenance: Mapping[str, Any]) -> str:
     fam = Counter(t["family"] for t in tasks)
@@ -45,6 +47,4 @@ def card_svg(tasks: Sequence[Mapping[str, Any]], provenance: Mapping[str, Any]) 
 
 
 def write_card(tasks: Sequence[Mapping[str, Any]], provenance: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    from presdep.schemas import write_text_atomic
-
     return write_text_atomic(path, card_svg(tasks, provenance))

@@ -8,6 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from presdep.bench import core, suite
+from presdep.bench.card import write_card
+from presdep.bench.http_api import serve
+from presdep.bench.mcp_server import serve_stdio
+from presdep.config import load_yaml
+from presdep.contracts.errors import InvalidInput
+from presdep.training.hosted_net import HostedConfigError
+
 DEFAULT_HIDDEN_DIR = Path("bench-hidden")  # git-ignored
 
 
@@ -100,8 +108,6 @@ def register(subparsers: Any) -> None:
 
 
 def _core():
-    from presdep.bench import core
-
     return core
 
 
@@ -148,15 +154,13 @@ def _provider_options(args) -> dict[str, Any]:
         if args.api_key_env:
             opts["api_key_env"] = args.api_key_env
         return opts
-    from presdep.config import load_yaml
-
     spec = None
     if args.model_dir is None:
         if not args.model:
-            raise ValueError("--provider transformers needs --model KEY (of models: in --configfile) or --model-dir")
+            raise InvalidInput("--provider transformers needs --model KEY (of models: in --configfile) or --model-dir")
         models = load_yaml(args.configfile).get("models") or {}
         if args.model not in models:
-            raise ValueError(f"{args.configfile}: models: has no key {args.model!r}; keys: {sorted(models)}")
+            raise InvalidInput(f"{args.configfile}: models: has no key {args.model!r}; keys: {sorted(models)}")
         spec = models[args.model]
     return {"model_key": args.model or args.model_dir.name, "spec": spec, "model_dir": args.model_dir,
             "models_root": args.models_root,
@@ -169,13 +173,11 @@ def _run(args) -> int:
     full = {t["id"]: t for t in core.load_split(args.tasks)}
     chosen = [full[t["id"]] for t in tasks][: args.limit]
     if not chosen:
-        raise ValueError("no task matches the filters")
+        raise InvalidInput("no task matches the filters")
     if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+        raise InvalidInput(f"--repeats must be >= 1, got {args.repeats}")
     split = "public" if args.tasks is None else args.tasks.name
     opts = _provider_options(args)
-    from presdep.training.hosted_net import HostedConfigError
-
     for k in range(args.run, args.run + args.repeats):
         try:
             res = core.run(args.provider, chosen, out=args.out, run=k, split=split, **opts)
@@ -190,8 +192,6 @@ def _run(args) -> int:
 
 
 def _card(args) -> int:
-    from presdep.bench.card import write_card
-
     core = _core()
     path = write_card(core.load_split(args.tasks), core.provenance(args.tasks), args.out)
     print(f"wrote {path}")
@@ -199,28 +199,22 @@ def _card(args) -> int:
 
 
 def _generate(args) -> int:
-    from presdep.bench import suite
-
     if args.hidden:
         path = suite.write_hidden_split(args.out or DEFAULT_HIDDEN_DIR, args.seed)
     else:
         if args.seed is not None:
-            raise ValueError("the public split has a fixed seed; use --hidden --seed N for a private split")
+            raise InvalidInput("the public split has a fixed seed; use --hidden --seed N for a private split")
         path = suite.write_public_split(args.out or suite.PUBLIC_PATH)
     print(f"wrote {path}")
     return 0
 
 
 def _serve(args) -> int:
-    from presdep.bench.http_api import serve
-
     serve(args.port, host=args.host, tasks_path=args.tasks, token_env=args.token_env,
           max_body_bytes=args.max_body_bytes)
     return 0
 
 
 def _mcp(args) -> int:
-    from presdep.bench.mcp_server import serve_stdio
-
     serve_stdio(args.tasks)
     return 0

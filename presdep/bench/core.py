@@ -25,9 +25,11 @@ from presdep.bench.grader import answer_text, score_answer
 from presdep.bench.providers import make_provider
 from presdep.bench.runner import BENCHMARK, run_benchmark, write_report
 from presdep.bench.suite import FAMILIES, PUBLIC_PATH, PUBLIC_SEED, VARIANTS, read_split
+from presdep.contracts.errors import PresdepError
+from presdep.report.stability import DEFAULT_RESAMPLES, DEFAULT_SEED, analyse_reports
 
 
-class UnknownTask(KeyError):
+class UnknownTask(PresdepError, KeyError):
     """No task with that id in the split."""
 
     def __str__(self) -> str:
@@ -77,8 +79,7 @@ def run(provider: str, tasks: Sequence[Mapping[str, Any]], *, out: str | os.Path
 def stability(paths: Iterable[str | os.PathLike], *, seed: int | None = None, resamples: int | None = None,
               svg: str | os.PathLike | None = None, lower_is_better: bool | None = None) -> dict[str, Any]:
     """The stability analysis of run reports (``presdep stability`` on JSON reports)."""
-    from presdep.stability import DEFAULT_RESAMPLES, DEFAULT_SEED, analyse_reports
-    from presdep.stability_svg import write_stability_svg
+    from presdep.report.stability_svg import write_stability_svg
 
     res = analyse_reports(list(paths), resamples=DEFAULT_RESAMPLES if resamples is None else resamples,
                           seed=DEFAULT_SEED if seed is None else seed, lower_is_better=lower_is_better)

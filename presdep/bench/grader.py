@@ -25,6 +25,8 @@ import json
 import re
 from typing import Any, Mapping
 
+from presdep.contracts.errors import InvalidInput
+
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)```", re.S)
 _LABEL = re.compile(r"(?:final\s+answer|answer)\s*(?:is|:|=)\s*", re.I)
 # A number: thousands groups or plain digits, optional decimals; not glued to letters/digits before it.
@@ -111,4 +113,4 @@ def score_answer(task: Mapping[str, Any], response: str | None) -> int:
     if kind == "list":
         expected = [x.strip() for x in task["answer"].split(",")]
         return int(parse_order(text, list(task["options"])) == expected)
-    raise ValueError(f"task {task.get('id')!r}: unknown answer_type {kind!r}; expected 'number' or 'list'")
+    raise InvalidInput(f"task {task.get('id')!r}: unknown answer_type {kind!r}; expected 'number' or 'list'")

@@ -16,9 +16,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-from presdep.bench.providers import Reply
-
+from presdep.bench.reply import Reply
 from presdep.config import hosted_defaults
+from presdep.contracts.errors import InvalidInput
+from presdep.training.hosted import HostedFailure, HostedGrader
+from presdep.training.hosted_cache import request_key
 
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
 INSTRUCTION = "Solve the task. End your reply with a final line of the form 'Answer: <answer>'."
@@ -32,18 +34,16 @@ class HostedProvider:
     def __init__(self, name: str, *, base_url: str | None = None, model: str | None = None,
                  cache_dir: str | os.PathLike, client: Any = None, sleep: Any = None,
                  **settings: Any):
-        from presdep.training.hosted import HostedGrader
-
         if name not in ("openai", "openrouter"):
-            raise ValueError(f"hosted provider {name!r}: expected 'openai' or 'openrouter'")
+            raise InvalidInput(f"hosted provider {name!r}: expected 'openai' or 'openrouter'")
         unknown = sorted(set(settings) - set(_TUNABLE))
         if unknown:
-            raise ValueError(f"{name} provider: unknown setting(s) {unknown}; known: {list(_TUNABLE)}")
+            raise InvalidInput(f"{name} provider: unknown setting(s) {unknown}; known: {list(_TUNABLE)}")
         if name == "openrouter":
             base_url = base_url or OPENROUTER_URL
             settings.setdefault("api_key_env", "OPENROUTER_API_KEY")
         if not base_url or not model:
-            raise ValueError(f"{name} provider needs a base URL (--base-url) and a model (--model)")
+            raise InvalidInput(f"{name} provider needs a base URL (--base-url) and a model (--model)")
         spec = {**hosted_defaults(), "provider": "openai", "base_url": base_url, "model": model,
                 **{k: v for k, v in settings.items() if v is not None}}
         kw = {"client": client} if client is not None else {}
@@ -68,9 +68,6 @@ class HostedProvider:
         return body
 
     def _one(self, task: Mapping[str, Any]) -> Reply:
-        from presdep.training.hosted import HostedFailure
-        from presdep.training.hosted_cache import request_key
-
         g = self.grader
         body = self.request_body(task["prompt"])
         # The identity a cache entry must answer (the grading template plays no part here).

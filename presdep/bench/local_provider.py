@@ -1,6 +1,6 @@
 """The ``transformers`` provider: a local chat model of ``models:``, greedy and offline.
 
-The model is fetched once (``presdep.models.fetch_model``) into ``<models_root>/<key>``
+The model is fetched once (``presdep.runtime.models.fetch_model``) into ``<models_root>/<key>``
 unless a converted folder is given; generation reuses the frozen reader's batched,
 left-padded greedy decoding, so answers are deterministic on one machine.
 """
@@ -11,7 +11,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from presdep.bench.providers import Reply
+from presdep.bench.reply import Reply
+from presdep.contracts.errors import InvalidInput
+from presdep.runtime.models import describe_model, fetch_model, load_model
+from presdep.scoring.reader import FrozenReader
 
 INSTRUCTION = "Solve the task. End with a final line of the form 'Answer: <answer>'."
 
@@ -20,12 +23,9 @@ class TransformersProvider:
     def __init__(self, *, model_key: str, spec: Mapping[str, Any] | None = None,
                  model_dir: str | os.PathLike | None = None, models_root: str | os.PathLike = "resources/models",
                  max_new_tokens: int = 24, batch_size: int = 8, device: str = "auto"):
-        from presdep.models import describe_model, fetch_model, load_model
-        from presdep.reader import FrozenReader
-
         if model_dir is None:
             if spec is None:
-                raise ValueError(f"transformers provider: model {model_key!r} needs a spec from models: or a model_dir")
+                raise InvalidInput(f"transformers provider: model {model_key!r} needs a spec from models: or a model_dir")
             model_dir = Path(models_root) / model_key
             if not (model_dir / "config.json").exists():
                 fetch_model(spec, model_dir)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import jsonschema
 
 from presdep.bench import core
+from presdep.contracts.errors import PresdepError
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 200, "description": "task id, e.g. arith-01-v2"}
 _SEED = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
@@ -59,7 +60,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-class ToolError(ValueError):
+class ToolError(PresdepError, ValueError):
     pass
 
 

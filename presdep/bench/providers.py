@@ -16,30 +16,18 @@ of one model.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
+
+from presdep.bench.reply import Provider, Reply
+from presdep.contracts.errors import InvalidInput
 
 PROVIDERS = ("mock", "openai", "openrouter", "transformers")
-
-
-@dataclass(frozen=True)
-class Reply:
-    text: str | None
-    error: str | None = None
-
-
-class Provider(Protocol):
-    model_id: str
-
-    def describe(self) -> dict[str, Any]: ...
-
-    def answer(self, tasks: Sequence[Mapping[str, Any]]) -> list[Reply]: ...
 
 
 class MockProvider:
     def __init__(self, seed: int = 0, run: int = 0):
         if isinstance(seed, bool) or not isinstance(seed, int) or isinstance(run, bool) or not isinstance(run, int):
-            raise ValueError(f"mock provider: seed and run must be integers, got seed={seed!r}, run={run!r}")
+            raise InvalidInput(f"mock provider: seed and run must be integers, got seed={seed!r}, run={run!r}")
         self.seed, self.run = seed, run
         self.model_id = f"mock-s{seed}"
         rng = random.Random(f"presdep-bench-mock:{seed}")
@@ -84,4 +72,4 @@ def make_provider(name: str, **options: Any) -> Provider:
         from presdep.bench.local_provider import TransformersProvider
 
         return TransformersProvider(**options)
-    raise ValueError(f"unknown provider {name!r}; expected one of {list(PROVIDERS)}")
+    raise InvalidInput(f"unknown provider {name!r}; expected one of {list(PROVIDERS)}")

@@ -27,6 +27,8 @@ from typing import Any, Mapping, Sequence
 
 from presdep.bench.grader import score_answer
 from presdep.bench.providers import Provider
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import write_text_atomic
 
 BENCHMARK = "presdep-bench"
 Z95 = 1.959963984540054
@@ -34,7 +36,7 @@ Z95 = 1.959963984540054
 
 def wilson_interval(correct: int, n: int, z: float = Z95) -> list[float]:
     if n == 0:
-        raise ValueError("Wilson interval of zero tasks")
+        raise InvalidInput("Wilson interval of zero tasks")
     p = correct / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
@@ -57,7 +59,7 @@ def run_benchmark(provider: Provider, tasks: Sequence[Mapping[str, Any]], *, run
                   split: str = "public") -> dict[str, Any]:
     """Answer and grade every task; return the run report (see the module docstring)."""
     if not tasks:
-        raise ValueError("run_benchmark: no tasks to run")
+        raise InvalidInput("run_benchmark: no tasks to run")
     replies = provider.answer(tasks)
     if len(replies) != len(tasks):
         raise RuntimeError(f"provider {provider.model_id!r} returned {len(replies)} replies for {len(tasks)} tasks")
@@ -93,8 +95,6 @@ def report_name(report: Mapping[str, Any]) -> str:
 
 def write_report(report: Mapping[str, Any], out: str | os.PathLike) -> Path:
     """Write a run report atomically; ``out`` is a file, or a folder for ``<model>-run<k>.json``."""
-    from presdep.schemas import write_text_atomic
-
     out = Path(out)
     path = out / report_name(report) if out.suffix != ".json" else out
     return write_text_atomic(path, json.dumps(report, indent=1) + "\n")

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from presdep.bench.grader import score_answer
+from presdep.contracts.errors import PresdepError
+from presdep.contracts.schemas import write_text_atomic
 
 PUBLIC_SEED = 20250617  # the documented public seed; the committed split is generate_split(PUBLIC_SEED)
 HIDDEN_PREFIX = "hid-"
@@ -41,7 +43,7 @@ _WORDS = ["apple", "banjo", "cedar", "delta", "ember", "fjord", "garnet", "harbo
           "umber", "violet", "walnut", "yarrow", "zephyr", "acorn", "basil", "clover", "dune", "fern"]
 
 
-class SuiteError(ValueError):
+class SuiteError(PresdepError, ValueError):
     """A split cannot be generated or read; the message names the file and line."""
 
 
@@ -241,15 +243,11 @@ def split_text(tasks: Iterable[dict[str, Any]]) -> str:
 
 
 def write_public_split(path: str | os.PathLike = PUBLIC_PATH) -> Path:
-    from presdep.schemas import write_text_atomic
-
     return write_text_atomic(path, split_text(generate_split(PUBLIC_SEED)))
 
 
 def write_hidden_split(out_dir: str | os.PathLike, seed: int | None) -> Path:
     """The hidden split (ids prefixed ``hid-``), written only with an explicit private seed."""
-    from presdep.schemas import write_text_atomic
-
     if seed is None:
         raise SuiteError("the hidden split needs an explicit private seed (--seed); refusing to write it")
     if seed == PUBLIC_SEED:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, text_lines
+from presdep.data.text_input import InputFormatError, text_lines
 from presdep.data.trec import qrels_frame
 
 

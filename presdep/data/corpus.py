@@ -17,11 +17,12 @@ Every malformed record is reported with the file and its 1-based line number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from presdep.data.errors import InputFormatError, json_records
+from presdep.contracts.errors import InvalidInput
+from presdep.data.doc import Doc
+from presdep.data.text_input import InputFormatError, json_records
 
 CORPUS_FORMATS = ("beir", "jsonl", "irds")
 TOPIC_FORMATS = ("beir", "jsonl", "tsv", "trec", "irds")
@@ -32,24 +33,12 @@ QUERY_ID_KEYS = ("_id", "id", "query_id", "qid")
 QUERY_TEXT_KEYS = ("text", "query")
 
 
-@dataclass(frozen=True)
-class Doc:
-    doc_id: str
-    title: str
-    text: str
-
-    @property
-    def contents(self) -> str:
-        """What is indexed and shown to a scorer: title and text on separate lines."""
-        return f"{self.title}\n{self.text}" if self.title.strip() else self.text
-
-
 def source_location(source: Mapping[str, Any]) -> str:
     """The path (or, for ``irds``, the ir_datasets id) of a corpus/topics config entry."""
     fmt = source.get("format")
     key = "id" if fmt == "irds" else "path"
     if not source.get(key):
-        raise ValueError(f"a {fmt!r} source needs {key!r}, got {dict(source)}")
+        raise InvalidInput(f"a {fmt!r} source needs {key!r}, got {dict(source)}")
     return str(source[key])
 
 
@@ -121,7 +110,7 @@ def iter_corpus(path: str | Path, fmt: str) -> Iterator[Doc]:
         from presdep.data.irds import iter_docs
 
         return iter_docs(str(path))
-    raise ValueError(f"unknown corpus format {fmt!r}; expected one of {CORPUS_FORMATS}")
+    raise InvalidInput(f"unknown corpus format {fmt!r}; expected one of {CORPUS_FORMATS}")
 
 
 def read_jsonl_queries(path: str | Path, *, id_keys: tuple[str, ...] = QUERY_ID_KEYS, text_keys: tuple[str, ...] = QUERY_TEXT_KEYS) -> dict[str, str]:
@@ -174,7 +163,7 @@ def read_queries(path: str | Path, fmt: str, *, split: str | None = "test", fiel
         from presdep.data.irds import load_topics
 
         return load_topics(str(path), field=field)
-    raise ValueError(f"unknown topics format {fmt!r}; expected one of {TOPIC_FORMATS}")
+    raise InvalidInput(f"unknown topics format {fmt!r}; expected one of {TOPIC_FORMATS}")
 
 
 def lookup_docs(path: str | Path, fmt: str, doc_ids: Iterable[str]) -> dict[str, Doc]:

@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, json_list, json_records
+from presdep.contracts.errors import InvalidInput
+from presdep.data.text_input import InputFormatError, json_list, json_records
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def read_hotpotqa(path: str | Path, fmt: str = "ircot_jsonl") -> QASet:
         return read_hotpotqa_ircot(path)
     if fmt == "hotpotqa_json":
         return read_hotpotqa_json(path)
-    raise ValueError(f"unknown HotpotQA format {fmt!r}; expected one of {FORMATS}")
+    raise InvalidInput(f"unknown HotpotQA format {fmt!r}; expected one of {FORMATS}")
 
 
 __all__ = ["QASet", "FORMATS", "read_hotpotqa", "read_hotpotqa_ircot", "read_hotpotqa_json"]

@@ -13,13 +13,14 @@ from typing import Iterator
 
 import polars as pl
 
-from presdep.data.corpus import Doc
+from presdep.contracts.errors import PresdepError
+from presdep.data.doc import Doc
 
 _DOC_TEXT_FIELDS = ("text", "body")  # GenericDoc/BEIR use text; TREC disks use body
 _QUERY_TEXT_FIELDS = ("text", "title")  # GenericQuery has text; TREC topics: title = the keyword query
 
 
-class IrdsError(RuntimeError):
+class IrdsError(PresdepError, RuntimeError):
     """An ir_datasets id is unknown, lacks a component, or its files cannot be fetched."""
 
 

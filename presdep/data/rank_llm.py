@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, json_list
+from presdep.data.text_input import InputFormatError, json_list
 
 _HIT_FIELDS = ("content", "qid", "docid", "rank", "score")
 

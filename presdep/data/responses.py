@@ -38,7 +38,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, json_list, json_records
+from presdep.contracts.errors import InvalidInput
+from presdep.data.text_input import InputFormatError, json_list, json_records
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ def read_responses(path: str | Path, fmt: str) -> ResponseSet:
         return read_rm_bench(path)
     if fmt == "responses_jsonl":
         return read_response_jsonl(path)
-    raise ValueError(f"unknown response-set format {fmt!r}; expected one of {FORMATS}")
+    raise InvalidInput(f"unknown response-set format {fmt!r}; expected one of {FORMATS}")
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from presdep.schemas import write_text_atomic
+from presdep.contracts.schemas import write_text_atomic
 
 SPLITS = ("train", "heldout", "test")
 

@@ -36,7 +36,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from presdep.schemas import write_text_atomic
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import write_text_atomic
 
 SPLITS = ("train", "heldout", "test")
 TASK_FILES = {"qa": "questions.jsonl", "response": "responses.jsonl"}
@@ -114,14 +115,14 @@ class SyntheticTaskSpec:
 
     def __post_init__(self) -> None:
         if self.task not in TASK_FILES:
-            raise ValueError(f"synthetic task {self.task!r} not in {sorted(TASK_FILES)}")
+            raise InvalidInput(f"synthetic task {self.task!r} not in {sorted(TASK_FILES)}")
         bad = set(self.queries) - set(SPLITS)
         if bad:
-            raise ValueError(f"unknown split(s) {sorted(bad)}; expected {SPLITS}")
+            raise InvalidInput(f"unknown split(s) {sorted(bad)}; expected {SPLITS}")
         if self.task == "qa" and self.candidates < 4:
-            raise ValueError("a synthetic QA question needs at least 4 paragraphs (2 supporting + distractors)")
+            raise InvalidInput("a synthetic QA question needs at least 4 paragraphs (2 supporting + distractors)")
         if self.task == "response" and not 4 <= self.candidates <= 6:
-            raise ValueError("synthetic response sets have 4 to 6 responses per prompt: candidates must be 4..6")
+            raise InvalidInput("synthetic response sets have 4 to 6 responses per prompt: candidates must be 4..6")
 
 
 def _values(kind: str, rng: np.random.Generator, names: _Names, k: int) -> list[str]:
@@ -250,7 +251,7 @@ def split_path(out_dir: str | Path, task: str, split: str) -> Path:
 def write_split(spec: SyntheticTaskSpec, split: str, out_path: str | Path) -> Path:
     records = generate_split(spec, split)
     if not records:
-        raise ValueError(f"split {split!r} has no {spec.task} queries in the spec {spec}")
+        raise InvalidInput(f"split {split!r} has no {spec.task} queries in the spec {spec}")
     text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records)
     return write_text_atomic(out_path, text)
 
@@ -262,7 +263,7 @@ def write_from_config(spec: Mapping[str, Any], split: str, out_path: str | Path)
     """
     s = SyntheticTaskSpec(**dict(spec))
     if Path(out_path).name != TASK_FILES[s.task]:
-        raise ValueError(f"a synthetic {s.task} set is written as {TASK_FILES[s.task]!r}, not {Path(out_path).name!r}")
+        raise InvalidInput(f"a synthetic {s.task} set is written as {TASK_FILES[s.task]!r}, not {Path(out_path).name!r}")
     return write_split(s, split, out_path)
 
 

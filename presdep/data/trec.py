@@ -7,8 +7,8 @@ from typing import Iterable
 
 import polars as pl
 
-from presdep.data.errors import InputFormatError, text_lines
-from presdep.schemas import write_text_atomic
+from presdep.contracts.schemas import write_text_atomic
+from presdep.data.text_input import InputFormatError, text_lines
 
 
 def read_topics(path: str | Path) -> dict[str, str]:

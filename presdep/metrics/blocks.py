@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from presdep.contracts.errors import InvalidInput
+
 _REQUIRED = ("query_id", "doc_id", "perturbation", "presentation", "score")
 
 
@@ -28,12 +30,12 @@ def _fail_missing(df: pl.DataFrame, pert: str, qid: str) -> None:
     for (m,), part in sub.group_by(["presentation"], maintain_order=True):
         lacking = sorted(every - set(part["doc_id"].to_list()))
         if lacking:
-            raise ValueError(
+            raise InvalidInput(
                 f"scores: query {qid!r} (perturbation {pert!r}) presentation {m} lacks doc(s) "
                 f"{lacking[:5]}{' ...' if len(lacking) > 5 else ''}; every presentation of a query "
                 f"must hold the same candidates exactly once"
             )
-    raise ValueError(f"scores: query {qid!r} (perturbation {pert!r}) has inconsistent presentations")
+    raise InvalidInput(f"scores: query {qid!r} (perturbation {pert!r}) has inconsistent presentations")
 
 
 def build_blocks(scores: pl.DataFrame) -> dict[str, list[Block]]:
@@ -44,7 +46,7 @@ def build_blocks(scores: pl.DataFrame) -> dict[str, list[Block]]:
     """
     missing = [c for c in _REQUIRED if c not in scores.columns]
     if missing:
-        raise ValueError(f"scores lacks column(s) {missing}; expected at least {list(_REQUIRED)}")
+        raise InvalidInput(f"scores lacks column(s) {missing}; expected at least {list(_REQUIRED)}")
     has_pos = "position" in scores.columns
     cols = list(_REQUIRED) + (["position"] if has_pos else [])
     df = scores.select(cols).with_columns(
@@ -57,11 +59,11 @@ def build_blocks(scores: pl.DataFrame) -> dict[str, list[Block]]:
     for c in cols:
         if df[c].null_count():
             row = int(df[c].is_null().arg_max())
-            raise ValueError(f"scores: column {c!r} is null at row {row} (query {df['query_id'][row]!r})")
+            raise InvalidInput(f"scores: column {c!r} is null at row {row} (query {df['query_id'][row]!r})")
     nan = df["score"].is_nan()
     if nan.any():
         r = df.row(int(nan.arg_max()), named=True)
-        raise ValueError(
+        raise InvalidInput(
             f"scores: query {r['query_id']!r} (perturbation {r['perturbation']!r}, presentation "
             f"{r['presentation']}) has a NaN score for doc {r['doc_id']!r}"
         )
@@ -81,7 +83,7 @@ def build_blocks(scores: pl.DataFrame) -> dict[str, list[Block]]:
     dup = same_pres & (dc[1:] == dc[:-1])
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
-        raise ValueError(
+        raise InvalidInput(
             f"scores: query {q_u[qc[i]]!r} (perturbation {pert_u[pc[i]]!r}) presentation "
             f"{pres[i]} has doc {d_u[dc[i]]!r} twice"
         )
@@ -139,7 +141,7 @@ def position_ranks(blocks: list[Block]) -> np.ndarray:
     dup = (np.diff(srt, axis=2) == 0).any(axis=2)
     if dup.any():
         qi, m = (int(x[0]) for x in np.nonzero(dup))
-        raise ValueError(
+        raise InvalidInput(
             f"scores: query {blocks[qi].query_id!r} presentation {blocks[qi].presentations[m]} places "
             f"two docs at the same position"
         )

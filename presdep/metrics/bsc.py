@@ -17,14 +17,15 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.views import CANONICAL_PRESENTATION, RANDOM_SHUFFLE, decision_presentations
 from presdep.metrics import decisions, instability, quality
-from presdep.views import CANONICAL_PRESENTATION, RANDOM_SHUFFLE, decision_presentations
 
 
 def curve_scores(scores: pl.DataFrame, bsc_k: int, k: int) -> pl.DataFrame:
     """The raw shuffles a K-ensemble BSC uses, renumbered 0..E*k-1 (first-stage rows kept)."""
     if not 1 <= k <= bsc_k:
-        raise ValueError(f"curve K must be in 1..{bsc_k}, got {k}")
+        raise InvalidInput(f"curve K must be in 1..{bsc_k}, got {k}")
     p = pl.col("presentation")
     shuffles = scores.filter((pl.col("perturbation") == RANDOM_SHUFFLE) & (p % bsc_k < k)).with_columns(
         ((p // bsc_k) * k + p % bsc_k).cast(pl.Int32).alias("presentation")

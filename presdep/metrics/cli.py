@@ -18,10 +18,12 @@ from pathlib import Path
 
 import polars as pl
 
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import read_table
+from presdep.contracts.views import FIRST_STAGE
+from presdep.data.trec import read_qrels, read_run
 from presdep.metrics.compute import TASKS, compute_metrics, write_metrics
 from presdep.metrics.thresholds import SPLIT_SEED, split_queries, tune_thresholds
-from presdep.schemas import read_table
-from presdep.views import FIRST_STAGE
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,6 @@ def _is_parquet(path: Path) -> bool:
 
 
 def read_qrels_any(path: str | Path) -> pl.DataFrame:
-    from presdep.data.trec import read_qrels
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"qrels file not found: {path}")
@@ -69,8 +69,6 @@ def read_qrels_any(path: str | Path) -> pl.DataFrame:
 def runs_to_scores(runs: list[str], perturbation: str, first_stage: str) -> pl.DataFrame:
     """TREC runs -> a minimal scores table (query_id, doc_id, perturbation, presentation,
     position, score); position = rank in the run by (-score, doc id)."""
-    from presdep.data.trec import read_run
-
     parts = []
     files = [(FIRST_STAGE, 0, first_stage)] + [(perturbation, m, r) for m, r in enumerate(runs)]
     for pert, m, path in files:
@@ -111,10 +109,10 @@ def single_presentation_note(scores: pl.DataFrame) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     if bool(args.scores) == bool(args.runs):
-        raise ValueError("give either a SCORES Parquet file or --runs RUN1 RUN2 ..., not both or neither")
+        raise InvalidInput("give either a SCORES Parquet file or --runs RUN1 RUN2 ..., not both or neither")
     if args.runs:
         if args.first_stage_run is None:
-            raise ValueError("--runs needs --first-stage-run FILE (the pass over the first-stage order)")
+            raise InvalidInput("--runs needs --first-stage-run FILE (the pass over the first-stage order)")
         scores = runs_to_scores(args.runs, args.perturbation, args.first_stage_run)
     else:
         scores = read_table(args.scores, "scores")

@@ -1,10 +1,10 @@
 """From a ``scores`` table (+ qrels, answers, the threshold artifact) to the long
-``metrics`` table (docs/README.md: one page per metric).
+``metrics`` table (docs/methods/README.md: one page per metric).
 
 Perturbations are never pooled: every perturbation in ``scores`` gets its own
 rows. Quality cells come from the first-stage pass (perturbation
 ``first_stage``); decision metrics compare the decision presentations of
-presdep.views (shuffles, or BSC ensembles), canonical = presentation 0. Every
+presdep.contracts.views (shuffles, or BSC ensembles), canonical = presentation 0. Every
 ranking is strict, ties broken by presented position (first shown wins).
 Per-query rows carry the query id; the aggregate row of a metric (query_id
 null) is the mean over the queries where the metric is defined. Undefined
@@ -17,25 +17,30 @@ from __future__ import annotations
 import logging
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
-from presdep.metrics import instability, quality
-from presdep.metrics.blocks import Block, build_blocks
-from presdep.metrics.qa_rows import add_answer_rows, add_gold_slot_rows
-from presdep.metrics.rerank_rows import add_retained_set_rows, add_threshold_rows, rerank_set_values
-from presdep.metrics.response_rows import add_response_rows
-from presdep.metrics.rows import MetricRows
-from presdep.metrics.zeng_rows import add_zeng_rows, strongest_relevant
-from presdep.schemas import write_table
-from presdep.views import (
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import read_metadata, read_table, write_table
+from presdep.contracts.tasks import TASKS
+from presdep.contracts.views import (
     FIRST_STAGE,
     RANDOM_SHUFFLE,
     decision_presentations,
     first_stage_pass,
 )
+from presdep.metrics import instability, quality
+from presdep.metrics.blocks import Block, build_blocks
+from presdep.metrics.bsc import curve_rows
+from presdep.metrics.qa_rows import add_answer_rows, add_gold_slot_rows
+from presdep.metrics.rerank_rows import add_retained_set_rows, add_threshold_rows, rerank_set_values
+from presdep.metrics.response_rows import add_response_rows
+from presdep.metrics.rows import MetricRows
+from presdep.metrics.thresholds import read_thresholds, tune_thresholds
+from presdep.metrics.zeng_rows import add_zeng_rows, strongest_relevant
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,6 @@ QUALITY_MEASURES = {
     "response": ("ndcg@1", "ndcg@10", "mrr"),
 }
 ZENG_PERTURBATIONS = ("random_shuffle", "middle_injection")
-TASKS = ("rerank", "qa", "response")
 
 # Block, build_blocks, strongest_relevant and rerank_set_values are re-exported: callers
 # import them from here.
@@ -75,7 +79,7 @@ def _view(scores: pl.DataFrame, bsc_k: int, ensembles: int) -> pl.DataFrame:
     per other perturbation, its decision presentations (BSC ensembles for bsc_k > 1)."""
     perts = sorted(set(scores["perturbation"].cast(pl.String).unique().to_list()) - {FIRST_STAGE})
     if CANONICAL in perts:
-        raise ValueError(
+        raise InvalidInput(
             "scores hold a 'canonical' perturbation (the v1 first-stage rows); presdep now names the "
             "first-stage pass 'first_stage' and uses shuffle 0 as canonical: re-score this variant"
         )
@@ -115,7 +119,7 @@ def compute_metrics(
     Perturbation ``first_stage`` holds the quality cells (the first-stage pass; for BSC,
     ensemble 0's BSC scores): rerank ndcg@10, ndcg@5, map, mrr; qa ndcg@10, recall@2,
     recall@5; response ndcg@1, ndcg@10, mrr. Every other perturbation (its decision
-    presentations, presdep.views) gets ndcg{k}_shuffle_mean/worst/best, tau_psi (the
+    presentations, presdep.contracts.views) gets ndcg{k}_shuffle_mean/worst/best, tau_psi (the
     paper's: strict rankings, ties by presented position, tau-a) and tau_psi_b (tau-b
     on raw scores), and per task:
 
@@ -133,83 +137,139 @@ def compute_metrics(
 
     BSC (``bsc_k`` > 1): also the K-curve under perturbations ``bsc_curve_k{K}``.
     """
+    _check_scores(scores, task)
+    qrels_d = quality.qrels_to_dict(qrels)
+    blocks = _metric_blocks(scores, bsc_k, ensembles)
+    threshold = (_rerank_threshold(thresholds, scores, qrels, bsc_k=bsc_k, ensembles=ensembles)
+                 if task == "rerank" else None)
+    rows = MetricRows()
+    for pert in sorted(blocks, key=lambda p: (p != FIRST_STAGE, p)):  # the quality cells first
+        if pert == FIRST_STAGE:
+            _quality_rows(rows, blocks[pert], qrels_d, task)
+        else:
+            _decision_rows(rows, pert, blocks[pert], qrels_d, task=task, threshold=threshold, reader_k=reader_k,
+                           zeng=zeng and bsc_k == 1)
+    if threshold is not None:
+        add_threshold_rows(rows, threshold.artifact, blocks.get(RANDOM_SHUFFLE, []), qrels_d, threshold.test_queries)
+    rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
+    _answer_rows(rows, answers, gold, task)
+    if bsc_k > 1:
+        _bsc_curve_rows(rows, scores, qrels, task=task, bsc_k=bsc_k, ensembles=ensembles, ks=bsc_curve,
+                        thresholds=threshold.artifact if threshold is not None else thresholds)
+    return _metrics_frame(dataset=dataset, task=task, variant=variant, seed=seed, perturbation=rows.pert,
+                          query_id=rows.qid, metric=rows.metric, value=rows.value)
+
+
+@dataclass(frozen=True)
+class RerankThreshold:
+    """The retained-set threshold in use: the artifact, its frozen t* and its test queries."""
+
+    artifact: Mapping[str, Any]
+    t_star: float
+    test_queries: set[str]
+
+
+def _check_scores(scores: pl.DataFrame, task: str) -> None:
+    """Refuse an unknown task, and scores without presented positions (the tie-break of every ranking)."""
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+        raise InvalidInput(f"unknown task {task!r}; expected one of {TASKS}")
     for c in ("position",):
         if c not in scores.columns:
-            raise ValueError(f"scores lacks column {c!r}: ties are broken by presented position")
-    qrels_d = quality.qrels_to_dict(qrels)
+            raise InvalidInput(f"scores lacks column {c!r}: ties are broken by presented position")
+
+
+def _metric_blocks(scores: pl.DataFrame, bsc_k: int, ensembles: int) -> dict[str, list[Block]]:
+    """The blocks of the frame metrics read, per perturbation; one first-stage presentation per query."""
     blocks = build_blocks(_view(scores, bsc_k, ensembles))
-    rows = MetricRows()
     if FIRST_STAGE not in blocks:
-        raise ValueError("scores have no first-stage pass rows (perturbation 'first_stage')")
+        raise InvalidInput("scores have no first-stage pass rows (perturbation 'first_stage')")
     for b in blocks[FIRST_STAGE]:
         if b.scores.shape[0] != 1:
-            raise ValueError(f"scores: query {b.query_id!r} has {b.scores.shape[0]} first-stage presentations")
+            raise InvalidInput(f"scores: query {b.query_id!r} has {b.scores.shape[0]} first-stage presentations")
+    return blocks
 
-    if task == "rerank":
-        if thresholds is None:
-            from presdep.metrics.thresholds import tune_thresholds
 
-            thresholds = tune_thresholds(scores, qrels, bsc_k=bsc_k, ensembles=ensembles)
-        t_star = float(thresholds["t_star"])
-        test_q = set(str(q) for q in thresholds["test_queries"])
-        log.info("retained-set threshold t* = %.6g (%d test queries)", t_star, len(test_q))
+def _rerank_threshold(thresholds: Mapping[str, Any] | None, scores: pl.DataFrame, qrels: pl.DataFrame, *,
+                      bsc_k: int, ensembles: int) -> RerankThreshold:
+    """The threshold artifact given, or one tuned here on the development half (the CLI path)."""
+    if thresholds is None:
+        thresholds = tune_thresholds(scores, qrels, bsc_k=bsc_k, ensembles=ensembles)
+    t_star = float(thresholds["t_star"])
+    test_q = set(str(q) for q in thresholds["test_queries"])
+    log.info("retained-set threshold t* = %.6g (%d test queries)", t_star, len(test_q))
+    return RerankThreshold(thresholds, t_star, test_q)
 
+
+def _evaluate(bl: Sequence[Block], qrels_d: Mapping, measures: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """Per measure, per judged query, the measure on each presentation of the blocks."""
+    return quality.evaluate_presentations([b.query_id for b in bl], [b.doc_ids for b in bl], [b.scores for b in bl],
+                                          [b.positions for b in bl], qrels_d, measures)
+
+
+def _quality_rows(rows: MetricRows, bl: Sequence[Block], qrels_d: Mapping, task: str) -> None:
+    """The quality cells: the task's QUALITY_MEASURES on the first-stage pass, per judged query and mean."""
+    qids = [b.query_id for b in bl]
+    for name, per_q in _evaluate(bl, qrels_d, QUALITY_MEASURES[task]).items():
+        judged = [q for q in qids if q in per_q]
+        rows.per_query(FIRST_STAGE, name, judged, [per_q[q][0] for q in judged])
+
+
+def _decision_rows(rows: MetricRows, pert: str, bl: Sequence[Block], qrels_d: Mapping, *, task: str,
+                   threshold: RerankThreshold | None, reader_k: int, zeng: bool) -> None:
+    """One perturbation's rows: nDCG over its presentations, tau_psi and tau_psi_b, then the task's family."""
     qual_k = 1 if task == "response" else 10
-    for pert in sorted(blocks, key=lambda p: (p != FIRST_STAGE, p)):
-        bl = blocks[pert]
-        qids = [b.query_id for b in bl]
-        args = (qids, [b.doc_ids for b in bl], [b.scores for b in bl], [b.positions for b in bl], qrels_d)
-        if pert == FIRST_STAGE:
-            res = quality.evaluate_presentations(*args, QUALITY_MEASURES[task])
-            for name, per_q in res.items():
-                judged = [q for q in qids if q in per_q]
-                rows.per_query(pert, name, judged, [per_q[q][0] for q in judged])
-            continue
-        nd = quality.evaluate_presentations(*args, [f"ndcg@{qual_k}"])[f"ndcg@{qual_k}"]
-        judged = [q for q in qids if q in nd]
-        for stat, fn in (("mean", np.mean), ("worst", np.min), ("best", np.max)):
-            rows.per_query(pert, f"ndcg{qual_k}_shuffle_{stat}", judged, [fn(nd[q]) for q in judged])
-        strict = [quality.presented_ranks(b.scores, b.positions) for b in bl]
-        rows.per_query(pert, "tau_psi", qids, instability.tau_psi_many(strict))
-        rows.per_query(pert, "tau_psi_b", qids, instability.tau_psi_many([b.scores for b in bl]))
-        if task == "rerank":
-            add_retained_set_rows(rows, pert, [b for b in bl if b.query_id in test_q], qrels_d, t_star)
-            if zeng and bsc_k == 1 and pert in ZENG_PERTURBATIONS:
-                add_zeng_rows(rows, pert, bl, nd, qrels_d)
-        elif task == "qa":
-            add_gold_slot_rows(rows, pert, bl, qrels_d, reader_k)
-        else:
-            add_response_rows(rows, pert, bl, qrels_d)
+    qids = [b.query_id for b in bl]
+    nd = _evaluate(bl, qrels_d, [f"ndcg@{qual_k}"])[f"ndcg@{qual_k}"]
+    judged = [q for q in qids if q in nd]
+    for stat, fn in (("mean", np.mean), ("worst", np.min), ("best", np.max)):
+        rows.per_query(pert, f"ndcg{qual_k}_shuffle_{stat}", judged, [fn(nd[q]) for q in judged])
+    strict = [quality.presented_ranks(b.scores, b.positions) for b in bl]
+    rows.per_query(pert, "tau_psi", qids, instability.tau_psi_many(strict))
+    rows.per_query(pert, "tau_psi_b", qids, instability.tau_psi_many([b.scores for b in bl]))
     if task == "rerank":
-        add_threshold_rows(rows, thresholds, blocks.get(RANDOM_SHUFFLE, []), qrels_d, test_q)
-    rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
+        assert threshold is not None
+        add_retained_set_rows(rows, pert, [b for b in bl if b.query_id in threshold.test_queries], qrels_d,
+                              threshold.t_star)
+        if zeng and pert in ZENG_PERTURBATIONS:
+            add_zeng_rows(rows, pert, bl, nd, qrels_d)
+    elif task == "qa":
+        add_gold_slot_rows(rows, pert, bl, qrels_d, reader_k)
+    else:
+        add_response_rows(rows, pert, bl, qrels_d)
 
+
+def _answer_rows(rows: MetricRows, answers: pl.DataFrame | None, gold: pl.DataFrame | None, task: str) -> None:
+    """The reader's answer rows (task qa only); gold answers without answers give none."""
     if answers is not None:
         if task != "qa":
-            raise ValueError(f"answers are only used for task 'qa', not {task!r}")
+            raise InvalidInput(f"answers are only used for task 'qa', not {task!r}")
         add_answer_rows(rows, answers, gold)
     elif gold is not None:
         log.warning("gold answers given without answers: no answer metrics")
-    if bsc_k > 1:
-        from presdep.metrics.bsc import curve_rows
 
-        for pert, qid, metric, val in curve_rows(scores, qrels, task=task, bsc_k=bsc_k, ensembles=ensembles,
-                                                 ks=bsc_curve, thresholds=thresholds):
-            rows.add(pert, qid, metric, val)
 
-    n_rows = len(rows.metric)
+def _bsc_curve_rows(rows: MetricRows, scores: pl.DataFrame, qrels: pl.DataFrame, *, task: str, bsc_k: int,
+                    ensembles: int, ks: Sequence[int], thresholds: Mapping[str, Any] | None) -> None:
+    """BSC's K-curve: the decision metrics at each K of ``ks`` (perturbations ``bsc_curve_k{K}``)."""
+    for pert, qid, metric, val in curve_rows(scores, qrels, task=task, bsc_k=bsc_k, ensembles=ensembles,
+                                             ks=ks, thresholds=thresholds):
+        rows.add(pert, qid, metric, val)
+
+
+def _metrics_frame(*, dataset: str, task: str, variant: str, seed: int | None, perturbation: list[str],
+                   query_id: list[str | None], metric: list[str], value: list[float | None]) -> pl.DataFrame:
+    """The long metrics table of these row columns, the variant's identity repeated on every row."""
+    n_rows = len(metric)
     return pl.DataFrame(
         {
             "dataset": [dataset] * n_rows,
             "task": [task] * n_rows,
             "variant": [variant] * n_rows,
             "seed": pl.Series([seed] * n_rows, dtype=pl.Int32),
-            "perturbation": rows.pert,
-            "query_id": pl.Series(rows.qid, dtype=pl.String),
-            "metric": rows.metric,
-            "value": pl.Series(rows.value, dtype=pl.Float64),
+            "perturbation": perturbation,
+            "query_id": pl.Series(query_id, dtype=pl.String),
+            "metric": metric,
+            "value": pl.Series(value, dtype=pl.Float64),
         }
     )
 
@@ -229,8 +289,6 @@ def write_metrics(df: pl.DataFrame, path: str | os.PathLike, params: Mapping[str
 
 def _reader_k(answers_path: str | os.PathLike | None) -> int:
     """The k an answers file records (metadata ``k`` or ``params.k``); the paper's 5 if none."""
-    from presdep.schemas import read_metadata
-
     meta = read_metadata(answers_path) if answers_path else {}
     k = meta.get("k", (meta.get("params") or {}).get("k"))
     if k is None:
@@ -261,15 +319,11 @@ def metrics_from_files(
     QA: ``reader_k`` (the reader's top-k paragraphs) defaults to the k the answers
     file records in its metadata.
     """
-    from presdep.metrics.thresholds import read_thresholds
-    from presdep.schemas import read_metadata as read_metadata_of
-    from presdep.schemas import read_table
-
     if task == "qa" and reader_k is None:
         reader_k = _reader_k(answers_path)
 
     if task == "rerank" and thresholds_path is None:
-        raise ValueError(f"{scores_path}: reranking metrics need the threshold artifact (thresholds_path)")
+        raise InvalidInput(f"{scores_path}: reranking metrics need the threshold artifact (thresholds_path)")
     metrics = compute_metrics(
         read_table(scores_path, "scores"),
         read_table(qrels_path, "qrels"),
@@ -284,15 +338,13 @@ def metrics_from_files(
         ensembles=ensembles,
         reader_k=reader_k if reader_k is not None else READER_K,
     )
-    stats = read_metadata_of(scores_path).get("scorer_stats") or {}
+    stats = read_metadata(scores_path).get("scorer_stats") or {}
     if "parse_failures" in stats:  # generative listwise: windows whose reply needed the repair rule
         extra = [("parse_failures", float(stats["parse_failures"])),
                  ("parse_failure_share", stats["parse_failures"] / stats["windows"] if stats.get("windows") else None)]
-        metrics = pl.concat([metrics, pl.DataFrame({
-            "dataset": [dataset] * 2, "task": [task] * 2, "variant": [variant] * 2,
-            "seed": pl.Series([seed] * 2, dtype=pl.Int32), "perturbation": [FIRST_STAGE] * 2,
-            "query_id": pl.Series([None, None], dtype=pl.String), "metric": [m for m, _ in extra],
-            "value": pl.Series([v for _, v in extra], dtype=pl.Float64)})])
+        metrics = pl.concat([metrics, _metrics_frame(
+            dataset=dataset, task=task, variant=variant, seed=seed, perturbation=[FIRST_STAGE] * 2,
+            query_id=[None, None], metric=[m for m, _ in extra], value=[v for _, v in extra])])
     params = {
         "dataset": dataset, "task": task, "variant": variant, "seed": seed,
         "scores": str(scores_path), "qrels": str(qrels_path),

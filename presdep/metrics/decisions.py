@@ -35,6 +35,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from presdep.contracts.errors import InvalidInput
 
 N_GRID = 41
 _TIE_EPS = 1e-12  # mean-F1 values closer than this are ties (summation rounding)
@@ -43,10 +44,10 @@ _TIE_EPS = 1e-12  # mean-F1 values closer than this are ties (summation rounding
 def threshold_grid(canonical_scores: Sequence[np.ndarray], n_grid: int = N_GRID) -> np.ndarray:
     """``n_grid`` evenly spaced values over the pooled score range."""
     if not len(canonical_scores):
-        raise ValueError("no canonical scores to tune the threshold on")
+        raise InvalidInput("no canonical scores to tune the threshold on")
     pooled = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in canonical_scores])
     if pooled.size == 0 or np.isnan(pooled).any():
-        raise ValueError("canonical scores are empty or contain NaN")
+        raise InvalidInput("canonical scores are empty or contain NaN")
     return np.linspace(pooled.min(), pooled.max(), n_grid)
 
 
@@ -56,15 +57,15 @@ def threshold_curve(
     """(grid, mean set-F1 at each grid value). ``relevant[i]`` is a bool mask aligned
     with ``canonical_scores[i]`` (1-D, one query's pool)."""
     if len(canonical_scores) != len(relevant):
-        raise ValueError("canonical_scores and relevant must have one entry per query")
+        raise InvalidInput("canonical_scores and relevant must have one entry per query")
     grid = threshold_grid(canonical_scores, n_grid)
     sizes = np.array([np.size(s) for s in canonical_scores])
     if (sizes == 0).any():
-        raise ValueError("a query has an empty pool")
+        raise InvalidInput("a query has an empty pool")
     s = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in canonical_scores])
     rel = np.concatenate([np.asarray(r, dtype=bool).ravel() for r in relevant])
     if rel.shape != s.shape:
-        raise ValueError("relevance masks must align with the scores")
+        raise InvalidInput("relevance masks must align with the scores")
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     n_rel = np.add.reduceat(rel.astype(np.int64), starts)
     mean_f1 = np.empty(grid.size)
@@ -123,7 +124,7 @@ def set_stats_many(
         by_shape.setdefault(np.shape(b), []).append(i)
     for shape, idx in by_shape.items():
         if len(shape) != 2:
-            raise ValueError(f"each block must be (M, n), got {shape}")
+            raise InvalidInput(f"each block must be (M, n), got {shape}")
         kept = retained(np.stack([np.asarray(blocks[i]) for i in idx]), threshold)
         size[idx] = kept.sum(axis=2).mean(axis=1)
         if shape[0] >= 2:
@@ -143,10 +144,10 @@ def selection_order(scores: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
     """(M, n) indices sorting each presentation by score descending, ties by id ascending."""
     s = np.atleast_2d(np.asarray(scores, dtype=np.float64))
     if np.isnan(s).any():
-        raise ValueError("scores contain NaN; a selection needs comparable scores")
+        raise InvalidInput("scores contain NaN; a selection needs comparable scores")
     ids = list(doc_ids)
     if len(set(ids)) != len(ids):
-        raise ValueError(f"response ids are not unique: {sorted(ids)}")
+        raise InvalidInput(f"response ids are not unique: {sorted(ids)}")
     id_rank = np.empty(len(ids), dtype=np.int64)
     id_rank[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
     return np.lexsort((np.broadcast_to(id_rank, s.shape), -s), axis=-1)

@@ -25,6 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
+from presdep.contracts.errors import InvalidInput
+
 # Bytes of the largest temporary (queries x n x n) that one batch may allocate.
 _CHUNK_BYTES = 64 * 2**20
 
@@ -95,9 +97,9 @@ def mean_pairwise_tau(scores: np.ndarray) -> np.ndarray | float:
     if single:
         s = s[None]
     if s.ndim != 3:
-        raise ValueError(f"scores must be (M, n) or (Q, M, n), got shape {s.shape}")
+        raise InvalidInput(f"scores must be (M, n) or (Q, M, n), got shape {s.shape}")
     if np.isnan(s).any():
-        raise ValueError("scores contain NaN")
+        raise InvalidInput("scores contain NaN")
     q_count, m, n = s.shape
     out = np.full(q_count, np.nan)
     if m >= 2 and n >= 2 and q_count:
@@ -124,7 +126,7 @@ def tau_psi_many(blocks: Sequence[np.ndarray]) -> np.ndarray:
         by_shape.setdefault(np.shape(b), []).append(i)
     for shape, idx in by_shape.items():
         if len(shape) != 2:
-            raise ValueError(f"each block must be (M, n), got {shape}")
+            raise InvalidInput(f"each block must be (M, n), got {shape}")
         out[idx] = tau_psi(np.stack([np.asarray(blocks[i], dtype=np.float64) for i in idx]))
     return out
 
@@ -140,7 +142,7 @@ def position_bucket(position: np.ndarray | int, n: int) -> np.ndarray | int:
     """
     p = np.asarray(position)
     if n < 1 or (p < 0).any() or (p >= n).any():
-        raise ValueError(f"position(s) {p.tolist()} outside a list of {n}")
+        raise InvalidInput(f"position(s) {p.tolist()} outside a list of {n}")
     b = (N_BUCKETS * p) // n
     return int(b) if np.ndim(b) == 0 else b
 
@@ -150,7 +152,7 @@ def zeng_bucket_means(ndcg: np.ndarray, buckets: np.ndarray) -> np.ndarray:
     ndcg = np.asarray(ndcg, dtype=np.float64)
     buckets = np.asarray(buckets)
     if ndcg.shape != buckets.shape:
-        raise ValueError(f"ndcg {ndcg.shape} and buckets {buckets.shape} must align")
+        raise InvalidInput(f"ndcg {ndcg.shape} and buckets {buckets.shape} must align")
     out = np.full(N_BUCKETS, np.nan)
     for b in range(N_BUCKETS):
         sel = buckets == b

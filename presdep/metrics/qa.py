@@ -17,6 +17,8 @@ import string
 from collections import Counter
 from typing import Iterable, Sequence
 
+from presdep.contracts.errors import InvalidInput
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCT = set(string.punctuation)
 
@@ -32,7 +34,7 @@ def normalize_answer(text: str) -> str:
 def _golds(gold: str | Iterable[str]) -> list[str]:
     golds = [gold] if isinstance(gold, str) else list(gold)
     if not golds:
-        raise ValueError("at least one gold answer is needed")
+        raise InvalidInput("at least one gold answer is needed")
     return golds
 
 

@@ -7,10 +7,11 @@ import logging
 import numpy as np
 import polars as pl
 
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.views import CANONICAL_PRESENTATION
 from presdep.metrics import qa, quality
 from presdep.metrics.blocks import Block
 from presdep.metrics.rows import MetricRows
-from presdep.views import CANONICAL_PRESENTATION
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,11 @@ def add_answer_rows(rows: MetricRows, answers: pl.DataFrame, gold: pl.DataFrame 
     and their means over presentations."""
     need = {"query_id", "perturbation", "presentation", "answer"}
     if need - set(answers.columns):
-        raise ValueError(f"answers lacks column(s) {sorted(need - set(answers.columns))}")
+        raise InvalidInput(f"answers lacks column(s) {sorted(need - set(answers.columns))}")
     golds: dict[str, list[str]] = {}
     if gold is not None:
         if {"query_id", "answer"} - set(gold.columns):
-            raise ValueError("gold answers need columns query_id, answer")
+            raise InvalidInput("gold answers need columns query_id, answer")
         for q, a in gold.select(pl.col("query_id").cast(pl.String), "answer").iter_rows():
             golds.setdefault(q, []).append(a)
     a = answers.select(
@@ -59,7 +60,7 @@ def add_answer_rows(rows: MetricRows, answers: pl.DataFrame, gold: pl.DataFrame 
     dup = a.select(["perturbation", "query_id", "presentation"]).is_duplicated()
     if dup.any():
         r = a.row(int(dup.arg_max()), named=True)
-        raise ValueError(
+        raise InvalidInput(
             f"answers: query {r['query_id']!r} (perturbation {r['perturbation']!r}) has two answers "
             f"for presentation {r['presentation']}"
         )

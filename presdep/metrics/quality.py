@@ -18,6 +18,8 @@ import numpy as np
 import polars as pl
 import pytrec_eval
 
+from presdep.contracts.errors import InvalidInput
+
 log = logging.getLogger(__name__)
 
 Qrels = Mapping[str, Mapping[str, int]]
@@ -30,7 +32,7 @@ def _id_rank(doc_ids: Sequence[str]) -> np.ndarray:
     rank = np.empty(len(ids), dtype=np.int64)
     rank[order] = np.arange(len(ids))
     if len(set(ids.tolist())) != len(ids):
-        raise ValueError(f"doc ids are not unique: {sorted(ids.tolist())}")
+        raise InvalidInput(f"doc ids are not unique: {sorted(ids.tolist())}")
     return rank
 
 
@@ -41,7 +43,7 @@ def trec_order(scores: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
     """
     s = np.asarray(scores, dtype=np.float64)
     if np.isnan(s).any():
-        raise ValueError("scores contain NaN; a ranking needs comparable scores")
+        raise InvalidInput("scores contain NaN; a ranking needs comparable scores")
     idr = np.broadcast_to(_id_rank(doc_ids), s.shape)
     # lexsort: last key is primary.
     return np.lexsort((-idr, -s), axis=-1)
@@ -64,7 +66,7 @@ def qrels_to_dict(qrels: pl.DataFrame) -> dict[str, dict[str, int]]:
     """A ``qrels`` table (query_id, doc_id, relevance) as pytrec_eval's nested dict."""
     missing = {"query_id", "doc_id", "relevance"} - set(qrels.columns)
     if missing:
-        raise ValueError(f"qrels lacks column(s) {sorted(missing)}; expected query_id, doc_id, relevance")
+        raise InvalidInput(f"qrels lacks column(s) {sorted(missing)}; expected query_id, doc_id, relevance")
     out: dict[str, dict[str, int]] = {}
     for q, d, r in zip(
         qrels["query_id"].cast(pl.String).to_list(),
@@ -72,17 +74,17 @@ def qrels_to_dict(qrels: pl.DataFrame) -> dict[str, dict[str, int]]:
         qrels["relevance"].to_list(),
     ):
         if r is None:
-            raise ValueError(f"qrels: query {q!r} doc {d!r} has a null relevance")
+            raise InvalidInput(f"qrels: query {q!r} doc {d!r} has a null relevance")
         inner = out.setdefault(q, {})
         if d in inner:
-            raise ValueError(f"qrels: query {q!r} judges doc {d!r} twice")
+            raise InvalidInput(f"qrels: query {q!r} judges doc {d!r} twice")
         inner[d] = int(r)
     return out
 
 
 def _measure(k: int) -> tuple[str, str]:
     if k < 1:
-        raise ValueError(f"nDCG cut-off must be >= 1, got {k}")
+        raise InvalidInput(f"nDCG cut-off must be >= 1, got {k}")
     return f"ndcg_cut.{k}", f"ndcg_cut_{k}"
 
 
@@ -141,7 +143,7 @@ def ndcg_presentations(
     for (m, n), idx in by_shape.items():
         s = np.stack([np.asarray(scores[i], dtype=np.float64) for i in idx])
         if np.isnan(s).any():
-            raise ValueError("scores contain NaN; a ranking needs comparable scores")
+            raise InvalidInput("scores contain NaN; a ranking needs comparable scores")
         if ids_sorted:
             idr = np.broadcast_to(np.arange(n), (len(idx), n))
         else:
@@ -176,9 +178,9 @@ def presented_order(scores: np.ndarray, positions: np.ndarray) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64)
     p = np.asarray(positions)
     if s.shape != p.shape:
-        raise ValueError(f"scores {s.shape} and positions {p.shape} must align")
+        raise InvalidInput(f"scores {s.shape} and positions {p.shape} must align")
     if np.isnan(s).any():
-        raise ValueError("scores contain NaN; a ranking needs comparable scores")
+        raise InvalidInput("scores contain NaN; a ranking needs comparable scores")
     return np.lexsort((p, -s), axis=-1)
 
 
@@ -215,7 +217,7 @@ def evaluate_presentations(
     """
     unknown = [m for m in measures if m not in MEASURES]
     if unknown:
-        raise ValueError(f"unknown measure(s) {unknown}; known: {sorted(MEASURES)}")
+        raise InvalidInput(f"unknown measure(s) {unknown}; known: {sorted(MEASURES)}")
     judged = [i for i, q in enumerate(query_ids) if q in qrels]
     if len(judged) < len(query_ids):
         log.info("%d of %d queries have no qrels and are skipped", len(query_ids) - len(judged), len(query_ids))

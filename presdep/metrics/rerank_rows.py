@@ -8,10 +8,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from presdep.contracts.views import RANDOM_SHUFFLE
 from presdep.metrics import decisions
 from presdep.metrics.blocks import Block
 from presdep.metrics.rows import MetricRows
-from presdep.views import RANDOM_SHUFFLE
 
 log = logging.getLogger(__name__)
 

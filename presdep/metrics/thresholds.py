@@ -1,6 +1,6 @@
 """The reranking threshold t*: a development/test split and a threshold tuned on it.
 
-Protocol (docs/jaccard.md):
+Protocol (docs/methods/jaccard.md):
 
 * Split: each dataset's queries are ordered by sha256(f"{split_seed}:{query_id}")
   (ties, impossible in practice, by query id); the first floor(n/2) are the
@@ -28,10 +28,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import read_table, write_text_atomic
+from presdep.contracts.views import CANONICAL_PRESENTATION, decision_presentations
 from presdep.metrics import decisions
 from presdep.metrics.quality import qrels_to_dict
-from presdep.schemas import write_text_atomic
-from presdep.views import CANONICAL_PRESENTATION, decision_presentations
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def split_queries(query_ids: Sequence[str], seed: int = SPLIT_SEED) -> tuple[lis
     """(development, test) halves of ``query_ids``; deterministic in (seed, ids)."""
     ids = sorted(set(str(q) for q in query_ids))
     if len(ids) != len(query_ids):
-        raise ValueError("query ids to split must be unique")
+        raise InvalidInput("query ids to split must be unique")
     key = {q: hashlib.sha256(f"{seed}:{q}".encode()).hexdigest() for q in ids}
     ordered = sorted(ids, key=lambda q: (key[q], q))
     half = len(ordered) // 2
@@ -74,11 +75,11 @@ def tune_thresholds(
     """The threshold artifact of one run on one reranking dataset (see module doc)."""
     view = decision_presentations(scores, bsc_k=bsc_k, ensembles=ensembles)
     if view.height == 0:
-        raise ValueError("scores have no random_shuffle presentations to tune the threshold on")
+        raise InvalidInput("scores have no random_shuffle presentations to tune the threshold on")
     qids = sorted(view["query_id"].unique().to_list())
     dev, test = split_queries(qids, split_seed)
     if not dev or not test:
-        raise ValueError(f"a 50/50 split needs at least 2 queries; the scores have {len(qids)}")
+        raise InvalidInput(f"a 50/50 split needs at least 2 queries; the scores have {len(qids)}")
     qrels_d = qrels_to_dict(qrels)
     dev_scores, dev_rel = _canonical_arrays(view, dev, qrels_d)
     grid, mean_f1 = decisions.threshold_curve(dev_scores, dev_rel, n_grid)
@@ -139,14 +140,14 @@ def read_thresholds(path: str | os.PathLike) -> dict[str, Any]:
         try:
             doc = json.load(fh)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not a JSON threshold file ({exc})") from exc
+            raise InvalidInput(f"{path}: not a JSON threshold file ({exc})") from exc
     missing = [k for k in _REQUIRED_KEYS if k not in doc]
     if missing:
-        raise ValueError(f"{path}: threshold file lacks key(s) {missing}; expected at least {list(_REQUIRED_KEYS)}")
+        raise InvalidInput(f"{path}: threshold file lacks key(s) {missing}; expected at least {list(_REQUIRED_KEYS)}")
     if not isinstance(doc["t_star"], (int, float)) or not np.isfinite(doc["t_star"]):
-        raise ValueError(f"{path}: t_star must be a finite number, got {doc['t_star']!r}")
+        raise InvalidInput(f"{path}: t_star must be a finite number, got {doc['t_star']!r}")
     if set(doc["dev_queries"]) & set(doc["test_queries"]):
-        raise ValueError(f"{path}: dev_queries and test_queries overlap")
+        raise InvalidInput(f"{path}: dev_queries and test_queries overlap")
     return doc
 
 
@@ -160,8 +161,6 @@ def thresholds_from_files(
     ensembles: int = 4,
 ) -> dict[str, Any]:
     """The workflow's entry point: read scores and qrels, tune, write the artifact."""
-    from presdep.schemas import read_table
-
     art = tune_thresholds(
         read_table(scores_path, "scores"), read_table(qrels_path, "qrels"),
         split_seed=split_seed, bsc_k=bsc_k, ensembles=ensembles,

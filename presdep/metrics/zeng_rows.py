@@ -7,6 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
+from presdep.contracts.errors import InvalidInput
 from presdep.metrics import instability
 from presdep.metrics.blocks import Block, position_ranks
 from presdep.metrics.rows import MetricRows
@@ -54,7 +55,7 @@ def add_zeng_rows(rows: MetricRows, pert: str, bl: list[Block], ndcg: dict[str, 
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
                 b = judged[idx[r]]
-                raise ValueError(
+                raise InvalidInput(
                     f"middle_injection: query {b.query_id!r}: the strongest relevant doc "
                     f"{b.doc_ids[strongest[r]]!r} (highest grade, ties by smallest doc id) sits at "
                     f"positions {where[r].tolist()}, expected top, middle and bottom (0, {n // 2}, "

@@ -10,8 +10,22 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
-from presdep.scoring import GradeReadout, PromptScorer
-from presdep.scoring.hf_load import model_spec, pad_id
+from presdep.config.records import PromptSettings, ScoringRun, thaw
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.runtime.hashing import weights_sha256
+from presdep.runtime.models import (
+    describe_model,
+    dtype_name,
+    load_causal_lm,
+    load_tokenizer,
+    model_identity,
+    resolve_device,
+    resolve_dtype_choice,
+)
+from presdep.scoring.hf_load import pad_id
+from presdep.scoring.read_cache import ReadCache, Stopwatch, entry_key
+from presdep.scoring.template import DEFAULT_TEMPLATE, SkeletonBuilder, load_template
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +58,7 @@ class IdentityScorer:
         raise TypeError("the identity scorer scores first-stage ranks; use score_ranked")
 
 
-def make_identity(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> IdentityScorer:
+def make_identity(run: ScoringRun, prompt: PromptSettings) -> IdentityScorer:
     return IdentityScorer()
 
 
@@ -81,15 +95,12 @@ class TransformersScorer(PromptScorer):
         device: Any = None,
         dtype: Any = None,
     ):
-        from presdep.scoring.read_cache import Stopwatch
-        from presdep.scoring.template import SkeletonBuilder, load_template
-
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidInput(f"batch_size must be >= 1, got {batch_size}")
         if (model is None) == (model_loader is None):
-            raise ValueError("give exactly one of model and model_loader")
+            raise InvalidInput("give exactly one of model and model_loader")
         if model is None and (device is None or dtype is None):
-            raise ValueError("a model_loader needs the device and dtype the model will have")
+            raise InvalidInput("a model_loader needs the device and dtype the model will have")
         self._model, self._model_loader = model, model_loader
         self._device, self._dtype = device, dtype
         self.tokenizer = tokenizer
@@ -134,8 +145,6 @@ class TransformersScorer(PromptScorer):
 
     @property
     def dtype_name(self) -> str:
-        from presdep.models import dtype_name
-
         return dtype_name(self._dtype if self._model is None else next(self._model.parameters()).dtype)
 
     def describe(self) -> dict:
@@ -160,7 +169,7 @@ class TransformersScorer(PromptScorer):
 
         ident = self.model_identity() if callable(self.model_identity) else self.model_identity
         if ident is None:
-            raise ValueError("a read cache needs the scorer's model_identity (the pinned source or weights hash); "
+            raise InvalidInput("a read cache needs the scorer's model_identity (the pinned source or weights hash); "
                              "make_transformers sets it, a hand-built TransformersScorer must pass it")
         return {
             "model": dict(ident),
@@ -175,8 +184,6 @@ class TransformersScorer(PromptScorer):
 
     def use_read_cache(self, root: Any) -> Any:
         """Read through a :class:`presdep.scoring.read_cache.ReadCache` under ``root``; returns it."""
-        from presdep.scoring.read_cache import ReadCache
-
         self.read_cache = ReadCache(root, self.cache_identity())
         return self.read_cache
 
@@ -212,8 +219,6 @@ class TransformersScorer(PromptScorer):
         cache = self.read_cache
         if cache is None:
             return self.read_built(built)
-        from presdep.scoring.read_cache import entry_key
-
         keys = [entry_key(b.ids, b.read_positions) for b in built]
         found = cache.lookup(keys)  # includes reads other jobs finished meanwhile
         todo: dict[str, int] = {}  # key -> first prompt with it (a repeated prompt is read once)
@@ -244,24 +249,14 @@ class TransformersScorer(PromptScorer):
         return result
 
 
-def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> TransformersScorer:
-    from presdep.hashing import weights_sha256
-    from presdep.models import (
-        describe_model,
-        load_causal_lm,
-        load_tokenizer,
-        model_identity,
-        resolve_device,
-        resolve_dtype_choice,
-    )
-
-    spec = model_spec(variant)
-    opts = _runtime_options(variant, spec)
+def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersScorer:
+    spec = run.model_entry()
+    opts = _runtime_options(run, spec)
     device = resolve_device(opts.get("device"))
-    # auto: bfloat16 where this CPU computes it natively, float32 elsewhere (README, "Speed").
+    # auto: bfloat16 where this CPU computes it natively, float32 elsewhere (docs/guide/speed.md).
     dtype, reason = resolve_dtype_choice(opts.get("dtype"), device, inference=True)
     desc = describe_model(spec)
-    adapter = variant.get("adapter")
+    adapter = run.adapter
     if adapter:
         # A trained LoRA student: base model + adapter directory.
         desc = {**desc, "adapter": str(adapter), "adapter_sha256": weights_sha256(adapter)}
@@ -277,26 +272,24 @@ def make_transformers(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -
     return TransformersScorer(
         None, load_tokenizer(spec),
         model_loader=load, device=device, dtype=dtype,
-        max_doc_chars=protocol.get("max_doc_chars"),
+        max_doc_chars=prompt.max_doc_chars,
         **({"batch_size": int(opts["batch_size"])} if "batch_size" in opts else {}),
         chat_template_kwargs=opts.get("chat_template_kwargs"),
         model_desc=desc,
-        template=_template(protocol),
-        instruction=protocol.get("instruction"),
+        template=_template(prompt),
+        instruction=prompt.instruction,
         model_identity=lambda: model_identity(spec),
         dtype_reason=reason,
     )
 
 
-def _runtime_options(variant: Mapping[str, Any], spec: Mapping[str, Any]) -> dict:
+def _runtime_options(run: ScoringRun, spec: Mapping[str, Any]) -> dict:
     """device, dtype, batch_size, ...: the model entry's (where the schema puts them) over
     the same keys given on the variant by a library caller."""
     keys = ("device", "dtype", "batch_size", "logprobs_k", "gpu_memory_utilization", "chat_template_kwargs")
-    return {k: src[k] for src in (variant, spec) for k in keys if k in src}
+    return {k: thaw(src[k]) for src in (run.variant.spec, spec) for k in keys if k in src}
 
 
-def _template(protocol: Mapping[str, Any]):
+def _template(prompt: PromptSettings):
     """The dataset's rubric (a shipped name or a user's file); the relevance rubric when unset."""
-    from presdep.scoring.template import DEFAULT_TEMPLATE, load_template
-
-    return load_template(protocol.get("rubric") or DEFAULT_TEMPLATE)
+    return load_template(prompt.rubric or DEFAULT_TEMPLATE)

@@ -3,7 +3,7 @@
 The prior q_s of a query is the grade distribution at slot s of a probe prompt: the
 SAME query with every document body replaced by an empty string, at the same prompt
 size (estimated per query). Calibration of a stored readout p at slot s
-(docs/variants.md): alpha = beta * H(p) (nats), p' = p - alpha * (q_s - 1/4), clipped at
+(docs/methods/variants.md): alpha = beta * H(p) (nats), p' = p - alpha * (q_s - 1/4), clipped at
 eps, renormalised; score = E[g] under p'. The off-the-shelf run's stored
 probabilities are reused, so the probes are the only new model work.
 The upstream generative variant uses alpha = min(5 H / log C, 2); not used here.
@@ -22,9 +22,12 @@ import numpy as np
 import polars as pl
 
 from presdep import __version__
-from presdep.hashing import sha256_file
-from presdep.resume import partial_dir, resume_dir
-from presdep.schemas import read_metadata, read_table, write_table, write_text_atomic
+from presdep.config.records import Protocol, ScoringRun
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import read_metadata, read_table, write_table, write_text_atomic
+from presdep.runtime.hashing import sha256_file
+from presdep.runtime.resume import partial_dir, resume_dir
+from presdep.scoring.factory import make_scorer
 
 EPS = 1e-6
 
@@ -54,7 +57,7 @@ def content_free_prompts(query: str, sizes: Sequence[int]) -> list[tuple[str, li
     prompt per prompt size the query's scored prompts have (B, and the last prompt's
     size when B does not divide the candidate count)."""
     if not sizes or min(sizes) < 1:
-        raise ValueError(f"content-free probes need prompt sizes >= 1, got {list(sizes)}")
+        raise InvalidInput(f"content-free probes need prompt sizes >= 1, got {list(sizes)}")
     return [(query, [""] * int(b)) for b in sizes]
 
 
@@ -64,7 +67,7 @@ def probe_probs(scorer: Any, prompts: Sequence[tuple[str, Sequence[str]]]) -> li
         return [np.asarray(x, dtype=np.float64) for x in scorer.slot_probs(prompts)]
     readouts = scorer.score_prompts(prompts)
     if any(r.probs is None for ro in readouts for r in ro):
-        raise ValueError(f"scorer {scorer.name} gives no grade probabilities; CapCal needs them")
+        raise InvalidInput(f"scorer {scorer.name} gives no grade probabilities; CapCal needs them")
     return [np.asarray([r.probs for r in ro], dtype=np.float64) for ro in readouts]
 
 
@@ -99,27 +102,28 @@ def _model_conflict(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) ->
     return {k: (a[k], b[k]) for k in a.keys() & b.keys() if k not in _LOCAL_KEYS and a[k] != b[k]}
 
 
-def _check_source(meta: Mapping[str, Any], source_path: Any, *, protocol: Mapping[str, Any],
+def _check_source(meta: Mapping[str, Any], source_path: Any, *, protocol: Protocol,
                   template_sha256: str | None, model: Mapping[str, Any] | None) -> None:
     """The reused scores must come from the same model, prompt and protocol, single-pass."""
+    here = protocol.as_dict()  # as the scores file records it
     params = meta.get("params") or {}
     sv = params.get("variant") or {}
     if meta.get("kind") != "scores":
-        raise ValueError(f"{source_path}: not a scores file (metadata kind {meta.get('kind')!r})")
+        raise InvalidInput(f"{source_path}: not a scores file (metadata kind {meta.get('kind')!r})")
     if sv.get("calibration") != "none" or sv.get("bsc_k") != 1:
-        raise ValueError(f"{source_path}: CapCal reuses an uncalibrated single-pass run (bsc_k 1, calibration "
+        raise InvalidInput(f"{source_path}: CapCal reuses an uncalibrated single-pass run (bsc_k 1, calibration "
                          f"none); this one has calibration {sv.get('calibration')!r}, bsc_k {sv.get('bsc_k')!r}")
     sp = params.get("protocol") or {}
-    diff = sorted(k for k in set(sp) | set(protocol) if sp.get(k) != protocol.get(k))
+    diff = sorted(k for k in set(sp) | set(here) if sp.get(k) != here.get(k))
     if diff:
-        raise ValueError(f"{source_path}: reused scores were made under another protocol; differing key(s) "
-                         + ", ".join(f"{k}: {sp.get(k)!r} there vs {protocol.get(k)!r} here" for k in diff))
+        raise InvalidInput(f"{source_path}: reused scores were made under another protocol; differing key(s) "
+                           + ", ".join(f"{k}: {sp.get(k)!r} there vs {here.get(k)!r} here" for k in diff))
     if template_sha256 is not None and meta.get("template_sha256") != template_sha256:
-        raise ValueError(f"{source_path}: reused scores used prompt template {meta.get('template_sha256')}, "
+        raise InvalidInput(f"{source_path}: reused scores used prompt template {meta.get('template_sha256')}, "
                          f"the probe scorer uses {template_sha256}")
     conflict = _model_conflict((meta.get("scorer") or {}).get("model"), model)
     if conflict:
-        raise ValueError(f"{source_path}: reused scores come from another model (there vs here: {conflict})")
+        raise InvalidInput(f"{source_path}: reused scores come from another model (there vs here: {conflict})")
 
 
 def calibrate_scores(
@@ -140,16 +144,16 @@ def calibrate_scores(
     need = ("query_id", "perturbation", "presentation", "prompt", "slot", "p0", "p1", "p2", "p3")
     missing = [c for c in need if c not in source.columns]
     if missing:
-        raise ValueError(f"scores to calibrate lack column(s) {missing}")
+        raise InvalidInput(f"scores to calibrate lack column(s) {missing}")
     nulls = source.filter(pl.any_horizontal(pl.col("p0", "p1", "p2", "p3").is_null()))
     if nulls.height:
         r = nulls.row(0, named=True)
-        raise ValueError(f"CapCal needs grade probabilities; query {r['query_id']!r} doc {r.get('doc_id')!r} "
+        raise InvalidInput(f"CapCal needs grade probabilities; query {r['query_id']!r} doc {r.get('doc_id')!r} "
                          f"({r['perturbation']} {r['presentation']}) has none (an identity or hosted run?)")
     out, priors = [], {}
     for (qid,), rows in source.group_by("query_id", maintain_order=True):
         if qid not in queries:
-            raise ValueError(f"scores name query {qid!r}, which is not in the candidates")
+            raise InvalidInput(f"scores name query {qid!r}, which is not in the candidates")
         sizes = sorted(set(rows.group_by("perturbation", "presentation", "prompt").len()["len"].to_list()))
         path = Path(done_dir) / f"prior-{hashlib.sha256(str(qid).encode()).hexdigest()[:40]}.json" if done_dir else None
         if path is not None and path.exists():
@@ -169,8 +173,8 @@ def calibrate_scores_file(
     candidates_path: str | os.PathLike,
     out_path: str | os.PathLike,
     dataset: str,
-    variant: Mapping[str, Any],
-    protocol: Mapping[str, Any],
+    variant: ScoringRun,
+    protocol: Protocol,
     scorer: Any = None,
 ) -> Path:
     """The capcal variant's scoring job: reuse ``source_path``'s probabilities, probe, calibrate.
@@ -179,22 +183,19 @@ def calibrate_scores_file(
     with p0..p3 = the calibrated distribution p' and score = E[g] under p'; the raw
     probabilities stay in the reused file, named with its sha256 in the metadata.
     """
-    from presdep.scoring import make_scorer
-    from presdep.scoring.run import resolve_protocol, resolve_variant
-
-    v, p = resolve_variant(variant), resolve_protocol(protocol)
-    if v["calibration"] != "capcal" or v["bsc_k"] != 1:
-        raise ValueError(f"calibrate_scores_file is the capcal job (bsc_k 1); variant has calibration "
-                         f"{v['calibration']!r}, bsc_k {v['bsc_k']}")
-    beta = float(v["capcal_beta"])
+    v = variant.variant
+    if v.calibration != "capcal" or v.bsc_k != 1:
+        raise InvalidInput(f"calibrate_scores_file is the capcal job (bsc_k 1); variant has calibration "
+                         f"{v.calibration!r}, bsc_k {v.bsc_k}")
+    beta = float(variant.setting("capcal_beta"))
     meta = read_metadata(source_path)
     source = read_table(source_path, "scores")
     cand = read_table(candidates_path, "candidates")
     if scorer is None:
-        scorer = make_scorer(v, p)
+        scorer = make_scorer(variant, protocol.prompt)
     describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
     sha = getattr(scorer, "template_sha256", None)
-    _check_source(meta, source_path, protocol=p, template_sha256=sha, model=describe.get("model"))
+    _check_source(meta, source_path, protocol=protocol, template_sha256=sha, model=describe.get("model"))
     source_sha = sha256_file(source_path)
     fingerprint = json.dumps({"presdep_version": __version__, "source_sha256": source_sha, "scorer": describe,
                               "beta": beta, "eps": EPS, "queries": sha256_file(candidates_path)},
@@ -204,9 +205,9 @@ def calibrate_scores_file(
     calibrated, priors = calibrate_scores(source, queries, scorer, beta=beta, done_dir=done)
     path = write_table(
         calibrated.sort("perturbation", "presentation", "query_id", "position"), out_path, "scores",
-        params={"variant": v, "protocol": p},
+        params={"variant": variant.as_dict(), "protocol": protocol.as_dict()},
         **{k: meta.get(k) for k in ("perturbations", "presentations", "middle_injection_skipped")},
-        dataset=dataset, bsc_k=1, bsc_ensembles=v["bsc_ensembles"],
+        dataset=dataset, bsc_k=1, bsc_ensembles=v.bsc_ensembles,
         template_sha256=sha, model=describe.get("model"), scorer=describe,
         capcal={"reuses": str(source_path), "reuses_sha256": source_sha, "beta": beta, "eps": EPS,
                 "probs": "p0..p3 are the calibrated p'; the raw ones are in the reused file",

@@ -23,7 +23,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from presdep.scoring import GradeReadout, PromptScorer
+from presdep.config.records import PromptSettings, ScoringRun
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.runtime.models import describe_model
+from presdep.scoring.hf_load import batch_size_of, load_hf
 from presdep.scoring.template import prepare_doc
 
 # The RankZephyr / RankGPT prompt (castorini/rank_llm), one window of ``num`` passages.
@@ -97,7 +101,7 @@ class GenerativeListwiseScorer(PromptScorer):
     def __init__(self, generate: Callable[[list[list[dict]]], list[str]], *, window: int, stride: int,
                  max_doc_chars: int | None = None, model_desc: Mapping[str, Any] | None = None):
         if window < 2 or not 1 <= stride < window:
-            raise ValueError(f"generative_listwise needs window >= 2 and 1 <= stride < window, got {window}, {stride}")
+            raise InvalidInput(f"generative_listwise needs window >= 2 and 1 <= stride < window, got {window}, {stride}")
         self.generate = generate
         self.window, self.stride = int(window), int(stride)
         self.max_doc_chars = max_doc_chars
@@ -176,16 +180,13 @@ def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int, batch_size: int
     return run
 
 
-def make_generative_listwise(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> GenerativeListwiseScorer:
-    from presdep.models import describe_model
-    from presdep.scoring.hf_load import batch_size_of, load_hf, model_spec
-
-    spec = model_spec(variant)
+def make_generative_listwise(run: ScoringRun, prompt: PromptSettings) -> GenerativeListwiseScorer:
+    spec = run.model_entry()
     model, tok = load_hf(spec, "AutoModelForCausalLM")
     return GenerativeListwiseScorer(
-        hf_generate(model, tok, int(variant["max_new_tokens"]), batch_size_of(spec)),
-        window=int(variant["window"]), stride=int(variant["stride"]),
-        max_doc_chars=protocol.get("max_doc_chars"), model_desc=describe_model(spec),
+        hf_generate(model, tok, int(run.setting("max_new_tokens")), batch_size_of(spec)),
+        window=int(run.setting("window")), stride=int(run.setting("stride")),
+        max_doc_chars=prompt.max_doc_chars, model_desc=describe_model(spec),
     )
 
 

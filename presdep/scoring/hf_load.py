@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from presdep.contracts.errors import InvalidInput
+from presdep.runtime.models import model_location, resolve_device, resolve_dtype
+
 
 def pad_id(tokenizer: Any) -> int:
     """The id that pads a batch: the tokenizer's pad token, else its end-of-text token."""
@@ -18,19 +21,8 @@ def pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def model_spec(variant: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = variant.get("model")
-    if spec is None:
-        raise ValueError(f"variant {variant.get('name', '')!r} with scorer {variant.get('scorer')!r} needs a 'model'")
-    if isinstance(spec, str):
-        spec = {"source": "local", "path": spec}
-    return spec
-
-
 def where(spec: Mapping[str, Any]) -> tuple[str, dict]:
     """(directory or hub id, from_pretrained keywords) of a model entry."""
-    from presdep.models import model_location
-
     return model_location(spec)
 
 
@@ -41,8 +33,6 @@ def load_hf(spec: Mapping[str, Any], auto_class: str, *, trust_remote_code: bool
     ``trust_remote_code`` defaults to the entry's own flag (the schema's default is false).
     """
     import transformers
-
-    from presdep.models import resolve_device, resolve_dtype
 
     loc, kw = where(spec)
     trc = bool(spec.get("trust_remote_code")) if trust_remote_code is None else trust_remote_code
@@ -57,5 +47,5 @@ def load_hf(spec: Mapping[str, Any], auto_class: str, *, trust_remote_code: bool
 def batch_size_of(spec: Mapping[str, Any]) -> int:
     """The entry's batch_size (the validated config fills it from the schema)."""
     if "batch_size" not in spec:
-        raise ValueError(f"model entry {dict(spec)} lacks 'batch_size' (the validated config fills it)")
+        raise InvalidInput(f"model entry {dict(spec)} lacks 'batch_size' (the validated config fills it)")
     return int(spec["batch_size"])

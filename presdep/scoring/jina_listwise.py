@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from presdep.scoring import GradeReadout
+from presdep.config.records import PromptSettings, ScoringRun
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.readouts import GradeReadout
+from presdep.runtime.models import describe_model
+from presdep.scoring.hf_load import load_hf
 
 
 class JinaListwiseScorer:
@@ -37,31 +41,28 @@ class JinaListwiseScorer:
             try:
                 i, s = int(r["index"]), float(r["relevance_score"])
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"jina rerank returned {r!r}; expected a dict with 'index' and 'relevance_score'") from exc
+                raise InvalidInput(f"jina rerank returned {r!r}; expected a dict with 'index' and 'relevance_score'") from exc
             if not 0 <= i < len(docs) or scores[i] is not None:
-                raise ValueError(f"jina rerank returned index {i} twice or outside 0..{len(docs) - 1}")
+                raise InvalidInput(f"jina rerank returned index {i} twice or outside 0..{len(docs) - 1}")
             scores[i] = s
         missing = [i for i, s in enumerate(scores) if s is None]
         if missing:
-            raise ValueError(f"jina rerank returned no score for document(s) {missing} of {len(docs)}")
+            raise InvalidInput(f"jina rerank returned no score for document(s) {missing} of {len(docs)}")
         return [GradeReadout(float(s), None) for s in scores]
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         return [self.score(q, d) for q, d in prompts]
 
 
-def make_jina_listwise(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> JinaListwiseScorer:
-    from presdep.models import describe_model
-    from presdep.scoring.hf_load import load_hf, model_spec
-
-    spec = model_spec(variant)
+def make_jina_listwise(run: ScoringRun, prompt: PromptSettings) -> JinaListwiseScorer:
+    spec = run.model_entry()
     if not spec.get("trust_remote_code"):
-        raise ValueError("jina_listwise runs the model's published code: set trust_remote_code: true on its "
+        raise InvalidInput("jina_listwise runs the model's published code: set trust_remote_code: true on its "
                          f"models entry (and pin revision): {dict(spec)}")
     if spec.get("source") == "hf" and not spec.get("path") and not spec.get("revision"):
-        raise ValueError(f"jina_listwise: pin the model's revision (remote code at a moving revision): {dict(spec)}")
+        raise InvalidInput(f"jina_listwise: pin the model's revision (remote code at a moving revision): {dict(spec)}")
     model, _ = load_hf(spec, "AutoModel", trust_remote_code=True)
-    return JinaListwiseScorer(model, max_doc_chars=protocol.get("max_doc_chars"), model_desc=describe_model(spec))
+    return JinaListwiseScorer(model, max_doc_chars=prompt.max_doc_chars, model_desc=describe_model(spec))
 
 
 __all__ = ["JinaListwiseScorer", "make_jina_listwise"]

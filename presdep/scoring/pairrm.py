@@ -22,7 +22,11 @@ from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Model, DebertaV2PreTrainedModel
 
-from presdep.scoring import GradeReadout, PromptScorer
+from presdep.config.records import PromptSettings, ScoringRun
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.runtime.models import describe_model, resolve_device, resolve_dtype
+from presdep.scoring.hf_load import batch_size_of, where
 
 SOURCE_PREFIX, CAND1_PREFIX, CAND2_PREFIX = "<|source|>", "<|candidate1|>", "<|candidate2|>"
 
@@ -46,7 +50,7 @@ class DebertaV2PairRM(DebertaV2PreTrainedModel):
         for tid, what in ((self.source_prefix_id, "<|source|>"), (self.cand1_prefix_id, "<|candidate1|>"),
                           (self.cand2_prefix_id, "<|candidate2|>")):
             if not bool((input_ids == tid).any(dim=1).all()):
-                raise ValueError(f"PairRM input lacks the {what} token in some row")
+                raise InvalidInput(f"PairRM input lacks the {what} token in some row")
         enc = self.pretrained_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
         def at(tid):
@@ -74,7 +78,7 @@ class PairRMScorer(PromptScorer):
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int, model_desc: Mapping[str, Any] | None = None):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidInput(f"batch_size must be >= 1, got {batch_size}")
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.model_desc = dict(model_desc or {"class": type(model).__name__})
         self.cache: dict[tuple[str, str, str], float] = {}
@@ -112,13 +116,10 @@ class PairRMScorer(PromptScorer):
         return out
 
 
-def make_pairrm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> PairRMScorer:
+def make_pairrm(run: ScoringRun, prompt: PromptSettings) -> PairRMScorer:
     from transformers import AutoTokenizer
 
-    from presdep.models import describe_model, resolve_device, resolve_dtype
-    from presdep.scoring.hf_load import batch_size_of, model_spec, where
-
-    spec = model_spec(variant)
+    spec = run.model_entry()
     loc, kw = where(spec)
     dev = resolve_device(spec.get("device") or "auto")
     model = DebertaV2PairRM.from_pretrained(loc, dtype=resolve_dtype(spec.get("dtype") or "auto", dev), **kw)

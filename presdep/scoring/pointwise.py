@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from presdep.scoring import GradeReadout, PromptScorer
-from presdep.scoring.hf_load import batch_size_of, load_hf, model_spec, pad_id
+from presdep.config.records import PromptSettings, ScoringRun
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.runtime.models import describe_model
+from presdep.scoring.hf_load import batch_size_of, load_hf, pad_id
 
 
 class PairCache:
@@ -28,7 +31,7 @@ class PairCache:
 
     def __init__(self, score_batch: Callable[[list[tuple[str, str]]], list[float]], batch_size: int):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidInput(f"batch_size must be >= 1, got {batch_size}")
         self.score_batch = score_batch
         self.batch_size = batch_size
         self.cache: dict[tuple[str, str], float] = {}
@@ -87,7 +90,7 @@ class CrossEncoderScorer(PointwiseScorer):
             return logits[:, 0].tolist()
         if logits.shape[-1] == 2:
             return (logits[:, 1] - logits[:, 0]).tolist()
-        raise ValueError(f"cross_encoder: the model has {logits.shape[-1]} labels; expected 1 (a relevance logit) "
+        raise InvalidInput(f"cross_encoder: the model has {logits.shape[-1]} labels; expected 1 (a relevance logit) "
                          "or 2 (not relevant, relevant)")
 
 
@@ -121,7 +124,7 @@ class RewardModelScorer(PointwiseScorer):
         with torch.inference_mode():
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
         if logits.shape[-1] != 1:
-            raise ValueError(f"reward_model: the model has {logits.shape[-1]} labels; a Bradley-Terry reward has 1")
+            raise InvalidInput(f"reward_model: the model has {logits.shape[-1]} labels; a Bradley-Terry reward has 1")
         return logits[:, 0].tolist()
 
 
@@ -142,7 +145,7 @@ def mxbai_prompt(query: str, document: str, instruction: str | None = None) -> s
 def single_token_id(tokenizer: Any, text: str) -> int:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
-        raise ValueError(f"{text!r} is {len(ids)} tokens for this tokenizer ({ids}); the judge reads one token")
+        raise InvalidInput(f"{text!r} is {len(ids)} tokens for this tokenizer ({ids}); the judge reads one token")
     return int(ids[0])
 
 
@@ -180,24 +183,22 @@ class MxbaiRerankScorer(PointwiseScorer):
         return (logits[:, 0] - logits[:, 1]).tolist()
 
 
-def _build(cls, auto_class: str, variant: Mapping[str, Any], protocol: Mapping[str, Any], **extra):
-    from presdep.models import describe_model
-
-    spec = model_spec(variant)
+def _build(cls, auto_class: str, run: ScoringRun, prompt: PromptSettings, **extra):
+    spec = run.model_entry()
     model, tok = load_hf(spec, auto_class)
     return cls(model, tok, batch_size=batch_size_of(spec), model_desc=describe_model(spec), **extra)
 
 
-def make_cross_encoder(variant, protocol):
-    return _build(CrossEncoderScorer, "AutoModelForSequenceClassification", variant, protocol)
+def make_cross_encoder(run: ScoringRun, prompt: PromptSettings):
+    return _build(CrossEncoderScorer, "AutoModelForSequenceClassification", run, prompt)
 
 
-def make_reward_model(variant, protocol):
-    return _build(RewardModelScorer, "AutoModelForSequenceClassification", variant, protocol)
+def make_reward_model(run: ScoringRun, prompt: PromptSettings):
+    return _build(RewardModelScorer, "AutoModelForSequenceClassification", run, prompt)
 
 
-def make_mxbai_rerank(variant, protocol):
-    return _build(MxbaiRerankScorer, "AutoModelForCausalLM", variant, protocol)
+def make_mxbai_rerank(run: ScoringRun, prompt: PromptSettings):
+    return _build(MxbaiRerankScorer, "AutoModelForCausalLM", run, prompt)
 
 
 __all__ = ["PairCache", "PointwiseScorer", "CrossEncoderScorer", "RewardModelScorer", "MxbaiRerankScorer",

@@ -7,7 +7,7 @@ dtype, the device type, the grade token ids and the torch / transformers version
 prompt that another variant, an earlier run or a killed job has read is never read again,
 and a hit returns the stored float64 values, so scores built from it are bit-identical.
 
-Storage (:mod:`presdep.content_cache`): ``<root>/<identity key>/identity.json`` and
+Storage (:mod:`presdep.runtime.content_cache`): ``<root>/<identity key>/identity.json`` and
 Parquet shards (``key``, ``slots``, ``probs``), each renamed into place whole.
 """
 
@@ -21,7 +21,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from presdep.content_cache import ContentCache
+from presdep.contracts.errors import InvalidInput
+from presdep.runtime.content_cache import ContentCache
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class ReadCache(ContentCache):
     def _check(self, probs: Any) -> np.ndarray:
         arr = np.asarray(probs, dtype=np.float64)
         if arr.ndim != 2 or arr.shape[1] != 4:
-            raise ValueError(f"read cache: an entry is [slots, 4] grade probabilities, got shape {arr.shape}")
+            raise InvalidInput(f"read cache: an entry is [slots, 4] grade probabilities, got shape {arr.shape}")
         return arr.copy()
 
     def _copy(self, value: np.ndarray) -> np.ndarray:

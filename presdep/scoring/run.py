@@ -14,7 +14,6 @@ killed job has read; the sidecar then only saves re-assembling finished queries.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -29,11 +28,11 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from presdep import __version__
-from presdep.presentations import (
-    CHUNKINGS,
+from presdep.config.records import Protocol, ScoringRun, Variant
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.presentations import (
     FIRST_STAGE,
     INJECTION_PLACES,
-    PERTURBATIONS,
     NoRelevantDocument,
     chunk_positions,
     middle_injection,
@@ -42,76 +41,34 @@ from presdep.presentations import (
     stable_seed,
     within_chunk,
 )
-from presdep.resume import partial_dir, resume_dir
-from presdep.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
-from presdep.scoring import make_scorer
+from presdep.contracts.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
+from presdep.runtime.resume import partial_dir, resume_dir
+from presdep.scoring.factory import make_scorer
 from presdep.scoring.template import prepare_doc
 
 log = logging.getLogger(__name__)
 
 CANDIDATE_COLUMNS = ("query_id", "query", "doc_id", "doc", "first_stage_rank")
-# Keys a variant must carry (the validated config fills them from the schema's defaults).
-VARIANT_KEYS = ("scorer", "chunking", "calibration", "bsc_k", "bsc_ensembles")
 _SCORE_COLS = SCHEMAS["scores"].names
-
-
-def resolve_variant(variant: Mapping[str, Any]) -> dict:
-    v = copy.deepcopy(dict(variant))
-    missing = [k for k in VARIANT_KEYS if k not in v]
-    if missing:
-        raise ValueError(f"variant lacks {missing} (the validated config fills them from the schema): {v}")
-    if v["chunking"] not in CHUNKINGS:
-        raise ValueError(f"variant chunking {v['chunking']!r} not in {CHUNKINGS}")
-    if v["calibration"] not in ("none", "capcal"):
-        raise ValueError(f"variant calibration {v['calibration']!r} not in ('none', 'capcal')")
-    if v["calibration"] == "capcal" and "capcal_beta" not in v:
-        raise ValueError(f"variant with calibration capcal lacks 'capcal_beta' (alpha = beta * H(p)): {v}")
-    k = v["bsc_k"]
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"variant bsc_k must be an integer >= 1, got {k!r}")
-    e = v["bsc_ensembles"]
-    if not isinstance(e, int) or isinstance(e, bool) or e < 1:
-        raise ValueError(f"variant bsc_ensembles must be an integer >= 1, got {e!r}")
-    return v
-
-
-def resolve_protocol(protocol: Mapping[str, Any]) -> dict:
-    p = copy.deepcopy(dict(protocol))
-    for key in ("seed", "M", "B", "perturbations", "max_doc_chars"):
-        if key not in p:
-            raise ValueError(f"protocol lacks {key!r}; got keys {sorted(p)}")
-    for key in ("seed", "M", "B", "max_doc_chars"):
-        if not isinstance(p[key], int) or isinstance(p[key], bool):
-            raise ValueError(f"protocol {key} must be an integer, got {p[key]!r}")
-    if p["B"] < 1 or p["M"] < 0 or p["max_doc_chars"] < 1:
-        raise ValueError(f"protocol needs B >= 1, M >= 0, max_doc_chars >= 1: {p}")
-    perts = list(p["perturbations"])
-    bad = [x for x in perts if x not in PERTURBATIONS]
-    if bad or len(set(perts)) != len(perts):
-        raise ValueError(f"protocol perturbations {perts} must be distinct names from {PERTURBATIONS}")
-    if p["M"] < 1 and ({"random_shuffle", "within_chunk"} & set(perts)):
-        raise ValueError("protocol M must be >= 1 for random_shuffle / within_chunk")
-    p["perturbations"] = perts
-    return p
 
 
 def _check_candidates(c: pl.DataFrame) -> None:
     missing = [x for x in CANDIDATE_COLUMNS if x not in c.columns]
     if missing:
-        raise ValueError(f"candidates lack column(s) {missing}; have {c.columns}")
+        raise InvalidInput(f"candidates lack column(s) {missing}; have {c.columns}")
     if c.height == 0:
-        raise ValueError("candidates table is empty")
+        raise InvalidInput("candidates table is empty")
     dup = c.select("query_id", "doc_id").is_duplicated()
     if dup.any():
         r = int(dup.arg_max())
-        raise ValueError(f"candidates: duplicate (query_id, doc_id) = ({c['query_id'][r]!r}, {c['doc_id'][r]!r})")
+        raise InvalidInput(f"candidates: duplicate (query_id, doc_id) = ({c['query_id'][r]!r}, {c['doc_id'][r]!r})")
     dup = c.select("query_id", "first_stage_rank").is_duplicated()
     if dup.any():
         r = int(dup.arg_max())
-        raise ValueError(f"candidates: query {c['query_id'][r]!r} repeats first_stage_rank {c['first_stage_rank'][r]}")
+        raise InvalidInput(f"candidates: query {c['query_id'][r]!r} repeats first_stage_rank {c['first_stage_rank'][r]}")
     nq = c.group_by("query_id").agg(pl.col("query").n_unique().alias("n")).filter(pl.col("n") > 1)
     if nq.height:
-        raise ValueError(f"candidates: query {nq['query_id'][0]!r} has more than one query text")
+        raise InvalidInput(f"candidates: query {nq['query_id'][0]!r} has more than one query text")
 
 
 def _sha256_frame(df: pl.DataFrame | None) -> str | None:
@@ -125,32 +82,31 @@ def _sha256_frame(df: pl.DataFrame | None) -> str | None:
     return h.hexdigest()
 
 
-def shuffle_count(v: Mapping[str, Any], p: Mapping[str, Any]) -> int:
+def shuffle_count(v: Variant, p: Protocol) -> int:
     """Random shuffles scored per query: M, or E*K for a BSC variant (its views need them all)."""
-    k = v["bsc_k"]
-    return p["M"] if k == 1 else v["bsc_ensembles"] * k
+    return p.M if v.bsc_k == 1 else v.bsc_ensembles * v.bsc_k
 
 
 def _orders_for_query(
     qid: str, n: int, grades: Mapping[str, int] | None, doc_ids: Sequence[str],
-    dataset: str, v: dict, p: dict,
+    dataset: str, v: Variant, p: Protocol,
 ) -> list[tuple[str, int, list[int], str]]:
     """Every presentation of one query: (perturbation, presentation, order as indices into
     first-stage order, chunking). The first-stage pass and its edits (within_chunk,
     middle_injection) use the variant's chunking; a random shuffle is cut into consecutive
     prompts of B for every variant (under a uniform shuffle, round-robin and contiguous cuts
-    are the same distribution, docs/variants.md)."""
+    are the same distribution, docs/methods/variants.md)."""
     base = list(range(n))
-    seed, b = p["seed"], p["B"]
-    out: list[tuple[str, int, list[int], str]] = [(FIRST_STAGE, 0, base, v["chunking"])]
-    for pert in p["perturbations"]:
+    seed, b = p.seed, p.B
+    out: list[tuple[str, int, list[int], str]] = [(FIRST_STAGE, 0, base, v.chunking)]
+    for pert in p.perturbations:
         if pert == "random_shuffle":
             for m in range(shuffle_count(v, p)):
                 out.append((pert, m, random_shuffle(base, shuffle_seed(seed, dataset, qid, m)), "contiguous"))
         elif pert == "within_chunk":
-            for m in range(p["M"]):
+            for m in range(p.M):
                 s = stable_seed(seed, dataset, qid, "within_chunk", m)
-                out.append((pert, m, within_chunk(base, b, s, v["chunking"]), v["chunking"]))
+                out.append((pert, m, within_chunk(base, b, s, v.chunking), v.chunking))
         elif pert == "middle_injection":
             if grades is None:
                 continue
@@ -160,27 +116,27 @@ def _orders_for_query(
                 continue
             index = {d: i for i, d in enumerate(doc_ids)}
             for m, order in enumerate(injected):
-                out.append((pert, m, [index[d] for d in order], v["chunking"]))
+                out.append((pert, m, [index[d] for d in order], v.chunking))
     return out
 
 
 def _score_query(
     qid: str, group: pl.DataFrame, grades: Mapping[str, int] | None,
-    dataset: str, v: dict, p: dict, scorer: Any,
+    dataset: str, v: Variant, p: Protocol, scorer: Any,
 ) -> pl.DataFrame:
     """One query's rows: one single-pass readout per document per presentation."""
     group = group.sort("first_stage_rank")
     doc_ids = group["doc_id"].to_list()
     ranks = group["first_stage_rank"].to_list()
     query = group["query"][0]
-    docs = [prepare_doc(t, p["max_doc_chars"]) for t in group["doc"].to_list()]
+    docs = [prepare_doc(t, p.max_doc_chars) for t in group["doc"].to_list()]
     n = len(doc_ids)
     orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p)
 
     # Every prompt of every presentation: (presentation index, prompt, positions, doc indices).
     layout: list[tuple[int, int, list[int], list[int]]] = []
     for ui, (_, _, order, chunking) in enumerate(orders):
-        for j, pos in enumerate(chunk_positions(n, p["B"], chunking)):
+        for j, pos in enumerate(chunk_positions(n, p.B, chunking)):
             layout.append((ui, j, pos, [order[x] for x in pos]))
 
     if getattr(scorer, "first_stage", False):
@@ -240,19 +196,19 @@ def score_dataset(
     candidates: pl.DataFrame,
     *,
     dataset: str,
-    variant: Mapping[str, Any],
-    protocol: Mapping[str, Any],
+    variant: ScoringRun,
+    protocol: Protocol,
     out_path: str | os.PathLike,
     qrels: pl.DataFrame | None = None,
     scorer: Any = None,
     read_cache: str | os.PathLike | None = None,
     startup_s: float | None = None,
 ) -> dict:
-    """Score the first-stage order once and every presentation of ``protocol["perturbations"]``.
+    """Score the first-stage order once and every presentation of ``protocol.perturbations``.
 
     Rows: perturbation ``first_stage`` (presentation 0, the variant's chunking);
     ``random_shuffle`` 0..M-1 (0..E*K-1 for a BSC variant: raw single-pass scores,
-    its ensembles are derived downstream by :mod:`presdep.views`); ``within_chunk``
+    its ensembles are derived downstream by :mod:`presdep.contracts.views`); ``within_chunk``
     0..M-1; ``middle_injection`` 0..2. Every row is one single-pass readout.
 
     Writes the ``scores`` contract to ``out_path`` (atomically), resuming from
@@ -262,60 +218,86 @@ def score_dataset(
     ``profile {json}`` line): prompts, tokens, seconds in start-up, model load, forward passes.
     """
     t_start = time.perf_counter()
-    v, p = resolve_variant(variant), resolve_protocol(protocol)
     _check_candidates(candidates)
-    if v["calibration"] != "none":
-        raise ValueError(
-            f"calibration {v['calibration']!r} does not score documents itself: it recalibrates another "
+    if variant.variant.calibration != "none":
+        raise InvalidInput(
+            f"calibration {variant.variant.calibration!r} does not score documents itself: it recalibrates another "
             "variant's stored probabilities (presdep.scoring.capcal.calibrate_scores)"
         )
-
     out_path = Path(out_path)
     t_load = time.perf_counter()
     if scorer is None:
-        scorer = make_scorer(v, p)
+        scorer = make_scorer(variant, protocol.prompt)
     load_s = time.perf_counter() - t_load
     cache = None
     if read_cache is not None and hasattr(scorer, "use_read_cache"):
         cache = scorer.use_read_cache(read_cache)
         log.info("%s: read cache %s (%d entries for this identity)", dataset, cache.dir, len(cache))
-    template_sha = getattr(scorer, "template_sha256", None)
-    describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
+    qids = candidates["query_id"].unique(maintain_order=True).to_list()
+    grades_by_q = _grades_by_query(qrels)
+    skipped = _queries_without_injection(candidates, qrels, grades_by_q, protocol, dataset, len(qids))
+    fingerprint = _fingerprint(candidates, qrels, dataset, variant, protocol, scorer)
+    partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
+    done = _score_missing_queries(candidates, qids, grades_by_q, partial, dataset, variant.variant, protocol, scorer)
+    if cache is not None:
+        cache.compact_written()
+    _write_scores(qids, partial, out_path, dataset, variant, protocol, scorer, fingerprint, skipped, cache, len(done))
+    shutil.rmtree(partial)
+    profile = _profile(scorer, cache, dataset=dataset, queries=len(qids), resumed=len(done), startup_s=startup_s,
+                       load_s=load_s, total_s=time.perf_counter() - t_start)
+    log.info("profile %s", json.dumps(profile, sort_keys=True))
+    return profile
 
-    grades_by_q: dict[str, dict[str, int]] = {}
+
+def _grades_by_query(qrels: pl.DataFrame | None) -> dict[str, dict[str, int]]:
+    grades: dict[str, dict[str, int]] = {}
     if qrels is not None:
         for qid, did, rel in qrels.select("query_id", "doc_id", "relevance").iter_rows():
-            grades_by_q.setdefault(str(qid), {})[str(did)] = int(rel)
-    qids = candidates["query_id"].unique(maintain_order=True).to_list()
+            grades.setdefault(str(qid), {})[str(did)] = int(rel)
+    return grades
 
-    skipped: list[str] = []
-    if "middle_injection" in p["perturbations"]:
-        if qrels is None:
-            raise ValueError("perturbation middle_injection needs qrels (the strongest relevant document)")
-        cand_docs = candidates.group_by("query_id").agg(pl.col("doc_id"))
-        for qid, dids in cand_docs.iter_rows():
-            g = grades_by_q.get(qid, {})
-            if not any(g.get(d, 0) >= 1 for d in dids):
-                skipped.append(qid)
-        skipped.sort()
-        if skipped:
-            log.warning(
-                "%s: middle_injection skipped for %d of %d queries without a relevant candidate in qrels: %s",
-                dataset, len(skipped), len(qids), ", ".join(skipped[:10]) + (" ..." if len(skipped) > 10 else ""),
-            )
 
-    fingerprint = {
+def _queries_without_injection(candidates: pl.DataFrame, qrels: pl.DataFrame | None,
+                               grades_by_q: Mapping[str, Mapping[str, int]], protocol: Protocol,
+                               dataset: str, n_queries: int) -> list[str]:
+    """Queries that middle_injection skips: none of their candidates is relevant (said in the log)."""
+    if "middle_injection" not in protocol.perturbations:
+        return []
+    if qrels is None:
+        raise InvalidInput("perturbation middle_injection needs qrels (the strongest relevant document)")
+    skipped = []
+    for qid, dids in candidates.group_by("query_id").agg(pl.col("doc_id")).iter_rows():
+        g = grades_by_q.get(qid, {})
+        if not any(g.get(d, 0) >= 1 for d in dids):
+            skipped.append(qid)
+    skipped.sort()
+    if skipped:
+        log.warning(
+            "%s: middle_injection skipped for %d of %d queries without a relevant candidate in qrels: %s",
+            dataset, len(skipped), n_queries, ", ".join(skipped[:10]) + (" ..." if len(skipped) > 10 else ""),
+        )
+    return skipped
+
+
+def _fingerprint(candidates: pl.DataFrame, qrels: pl.DataFrame | None, dataset: str, run: ScoringRun,
+                 protocol: Protocol, scorer: Any) -> dict:
+    """Everything a finished query's rows depend on: a resume reuses them only when it matches."""
+    describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
+    return {
         "presdep_version": __version__,
         "dataset": dataset,
-        "variant": v,
-        "protocol": p,
+        "variant": run.as_dict(),
+        "protocol": protocol.as_dict(),
         "scorer": describe,
-        "template_sha256": template_sha,
+        "template_sha256": getattr(scorer, "template_sha256", None),
         "candidates_sha256": _sha256_frame(candidates.select(*CANDIDATE_COLUMNS).sort("query_id", "first_stage_rank")),
         "qrels_sha256": _sha256_frame(qrels.select("query_id", "doc_id", "relevance").sort("query_id", "doc_id")) if qrels is not None else None,
     }
-    partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
 
+
+def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades_by_q: Mapping[str, Mapping[str, int]],
+                           partial: Path, dataset: str, v: Variant, p: Protocol, scorer: Any) -> set[str]:
+    """Score every query not yet in the resume folder, one atomic file per query; returns the ones found done."""
     groups = {qid: g for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
     done = {q for q in qids if (partial / _partial_name(q)).exists()}
     if done:
@@ -324,16 +306,20 @@ def score_dataset(
         for qid in qids:
             if qid in done:
                 continue
-            grades = grades_by_q.get(qid) if "middle_injection" in p["perturbations"] else None
+            grades = grades_by_q.get(qid) if "middle_injection" in p.perturbations else None
             df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer)
             if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
                 stats = json.dumps(scorer.take_stats(), sort_keys=True)
                 write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
             _write_ipc_atomic(df, partial / _partial_name(qid))
             bar.update(1)
+    return done
 
-    if cache is not None:
-        cache.compact_written()
+
+def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: str, run: ScoringRun, p: Protocol,
+                  scorer: Any, fingerprint: Mapping[str, Any], skipped: list[str], cache: Any, resumed: int) -> None:
+    """The scores contract from the per-query files, with the run's provenance in its metadata."""
+    v = run.variant
     frames = [pl.read_ipc(partial / _partial_name(q)) for q in qids]
     scorer_stats: dict[str, int] = {}
     for q in qids:
@@ -341,28 +327,25 @@ def score_dataset(
         for k, n in (json.loads(sp.read_text()) if sp.exists() else {}).items():
             scorer_stats[k] = scorer_stats.get(k, 0) + int(n)
     scores = pl.concat(frames).sort("perturbation", "presentation", "query_id", "position")
+    describe = fingerprint["scorer"]
+    counts = {x: (shuffle_count(v, p) if x == "random_shuffle" else p.M if x == "within_chunk" else len(INJECTION_PLACES))
+              for x in p.perturbations}
     write_table(
         scores, out_path, "scores",
-        params={"variant": v, "protocol": p},
+        params={"variant": fingerprint["variant"], "protocol": fingerprint["protocol"]},
         dataset=dataset,
-        perturbations=[FIRST_STAGE, *p["perturbations"]],
-        presentations={FIRST_STAGE: 1, **{x: (shuffle_count(v, p) if x == "random_shuffle" else p["M"] if x == "within_chunk"
-                                            else len(INJECTION_PLACES)) for x in p["perturbations"]}},
-        bsc_k=v["bsc_k"],
-        bsc_ensembles=v["bsc_ensembles"],  # E: used by the views only when bsc_k > 1
-        template_sha256=template_sha,
+        perturbations=[FIRST_STAGE, *p.perturbations],
+        presentations={FIRST_STAGE: 1, **counts},
+        bsc_k=v.bsc_k,
+        bsc_ensembles=v.bsc_ensembles,  # E: used by the views only when bsc_k > 1
+        template_sha256=fingerprint["template_sha256"],
         model=describe.get("model"),
         scorer=describe,
         dtype=describe.get("dtype"),  # part of every score's identity (auto resolves per processor)
         middle_injection_skipped=skipped,
         scorer_stats=scorer_stats or None,
-        **({"read_cache": {**cache.stats(), "queries_resumed": len(done)}} if cache is not None else {}),
+        **({"read_cache": {**cache.stats(), "queries_resumed": resumed}} if cache is not None else {}),
     )
-    shutil.rmtree(partial)
-    profile = _profile(scorer, cache, dataset=dataset, queries=len(qids), resumed=len(done), startup_s=startup_s,
-                       load_s=load_s, total_s=time.perf_counter() - t_start)
-    log.info("profile %s", json.dumps(profile, sort_keys=True))
-    return profile
 
 
 def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: int, startup_s: float | None,
@@ -384,4 +367,4 @@ def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: in
     return out
 
 
-__all__ = ["score_dataset", "resolve_variant", "resolve_protocol", "shuffle_count", "FIRST_STAGE"]
+__all__ = ["score_dataset", "shuffle_count", "FIRST_STAGE"]

@@ -1,7 +1,7 @@
 """The versioned grading prompts and the token-level answer skeleton.
 
 The exact prompt text is part of the method: each rubric (relevance, answer
-support, response quality) is one package file (``presdep/templates/<name>.yaml``)
+support, response quality) is one package file (``presdep/scoring/templates/<name>.yaml``)
 or a user's own file, and its sha256 goes into every output's metadata. The skeleton ``[i] Grade: 0`` is built from token ids, so every read
 position (the token just before a dummy grade) is exact by construction.
 """
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
+
+from presdep.contracts.errors import InvalidInput, PresdepError
 
 DEFAULT_TEMPLATE = "relevance_v2"
 GRADES = ("0", "1", "2", "3")
@@ -64,10 +66,10 @@ def _literal(text: str) -> str:
 
 
 def _rubric_user(spec: dict, where: str) -> str:
-    """The user-message format string of a rubric, in the order docs/readout.md gives."""
+    """The user-message format string of a rubric, in the order docs/methods/readout.md gives."""
     grades = spec["grades"]
     if not isinstance(grades, dict) or sorted(int(g) for g in grades) != [0, 1, 2, 3]:
-        raise ValueError(f"{where}: 'grades' must describe exactly the grades 3, 2, 1 and 0; got {grades!r}")
+        raise InvalidInput(f"{where}: 'grades' must describe exactly the grades 3, 2, 1 and 0; got {grades!r}")
     text = {int(g): v for g, v in grades.items()}
     output_form = _literal(spec["output_form"]).replace("{{n}}", "{n}")
     return "\n".join([
@@ -91,10 +93,10 @@ def _parse(name: str, data: bytes, where: str) -> PromptTemplate:
         return PromptTemplate(name=name, user=data.decode("utf-8"), sha256=sha)
     spec = yaml.safe_load(data.decode("utf-8"))
     if not isinstance(spec, dict):
-        raise ValueError(f"{where}: a rubric template is a YAML mapping with keys {list(_RUBRIC_KEYS)}")
+        raise InvalidInput(f"{where}: a rubric template is a YAML mapping with keys {list(_RUBRIC_KEYS)}")
     missing = [k for k in _RUBRIC_KEYS if k not in spec]
     if missing:
-        raise ValueError(f"{where}: rubric template lacks key(s) {missing}; expected {list(_RUBRIC_KEYS)}")
+        raise InvalidInput(f"{where}: rubric template lacks key(s) {missing}; expected {list(_RUBRIC_KEYS)}")
     return PromptTemplate(name=f"{spec['name']}_v{spec['version']}", user=_rubric_user(spec, where), sha256=sha,
                           system=" ".join(str(spec["system"]).split()),
                           default_instruction=" ".join(str(spec["default_instruction"]).split()))
@@ -102,23 +104,23 @@ def _parse(name: str, data: bytes, where: str) -> PromptTemplate:
 
 @lru_cache(maxsize=None)
 def load_template(name: str = DEFAULT_TEMPLATE) -> PromptTemplate:
-    """A template shipped in ``presdep/templates/`` (by name, e.g. ``relevance_v2``) or a
+    """A template shipped in ``presdep/scoring/templates/`` (by name, e.g. ``relevance_v2``) or a
     user's own file (a path ending in .yaml, .yml or .txt)."""
     if name.endswith((".yaml", ".yml", ".txt")):
         path = Path(name)
         if not path.is_file():
             raise FileNotFoundError(f"prompt template file {name!r} not found")
         return _parse(path.stem, path.read_bytes(), str(path))
-    folder = resources.files("presdep").joinpath("templates")
+    folder = resources.files("presdep.scoring").joinpath("templates")
     for ext in (".yaml", ".txt"):
         f = folder.joinpath(name + ext)
         if f.is_file():
             return _parse(name, f.read_bytes(), name + ext)
-    raise FileNotFoundError(f"prompt template {name!r} not found in presdep/templates/ (give a name there or "
+    raise FileNotFoundError(f"prompt template {name!r} not found in presdep/scoring/templates/ (give a name there or "
                             "a path to a .yaml rubric)")
 
 
-class GradeTokenError(ValueError):
+class GradeTokenError(PresdepError, ValueError):
     """The tokenizer cannot represent the grades 0..3 as four distinct single tokens."""
 
 
@@ -161,7 +163,7 @@ class SkeletonBuilder:
         instruction: str | None = None,
     ):
         if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
+            raise InvalidInput(
                 f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; "
                 "the readout applies the model's chat template to the grading instruction"
             )
@@ -210,7 +212,7 @@ class SkeletonBuilder:
 
     def build(self, query: str, docs: Sequence[str]) -> PromptIds:
         if not docs:
-            raise ValueError("a prompt needs at least one document")
+            raise InvalidInput("a prompt needs at least one document")
         head = self.prompt_ids(query, docs)
         skel, reads = self.skeleton(len(docs))
         off = len(head)

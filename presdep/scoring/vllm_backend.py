@@ -11,9 +11,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from presdep.scoring import GradeReadout, PromptScorer
+from presdep.config.records import PromptSettings, ScoringRun
+from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.runtime.models import describe_model
 from presdep.scoring.backends import _runtime_options, _template
-from presdep.scoring.hf_load import model_spec
+from presdep.scoring.template import SkeletonBuilder
 
 
 def adapter_rank(adapter: str | Path) -> int:
@@ -24,9 +27,9 @@ def adapter_rank(adapter: str | Path) -> int:
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"adapter {adapter}: no adapter_config.json (expected a PEFT LoRA directory)") from exc
     except (KeyError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{cfg}: expected a JSON object with the LoRA rank 'r'") from exc
+        raise InvalidInput(f"{cfg}: expected a JSON object with the LoRA rank 'r'") from exc
     if not isinstance(r, int) or r < 1:
-        raise ValueError(f"{cfg}: LoRA rank 'r' must be a positive integer, got {r!r}")
+        raise InvalidInput(f"{cfg}: LoRA rank 'r' must be a positive integer, got {r!r}")
     pattern = json.loads(cfg.read_text()).get("rank_pattern") or {}
     return max([r, *(int(x) for x in pattern.values())])
 
@@ -40,10 +43,10 @@ def vllm_max_lora_rank(rank: int) -> int:
     for r in VLLM_LORA_RANKS:
         if r >= rank:
             return r
-    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
+    raise InvalidInput(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
-class MissingGradeLogprob(RuntimeError):
+class MissingGradeLogprob(PresdepError, RuntimeError):
     """A grade token is absent from the prompt logprobs vLLM returned for a read position."""
 
 
@@ -113,8 +116,6 @@ class VLLMScorer(PromptScorer):
             from vllm import LLM
         except ImportError as exc:
             raise ImportError("the vllm scorer needs the GPU extra: pip install 'presdep[gpu]'") from exc
-        from presdep.scoring.template import SkeletonBuilder
-
         kw: dict[str, Any] = {"dtype": "bfloat16" if dtype == "auto" else dtype,
                               "gpu_memory_utilization": gpu_memory_utilization,
                               "max_logprobs": max(logprobs_k, 20)}
@@ -166,29 +167,27 @@ class VLLMScorer(PromptScorer):
         return result
 
 
-def make_vllm(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> VLLMScorer:
-    from presdep.models import describe_model
-
-    spec = model_spec(variant)
+def make_vllm(run: ScoringRun, prompt: PromptSettings) -> VLLMScorer:
+    spec = run.model_entry()
     if spec.get("path"):
         path, revision = spec["path"], None
     elif spec.get("source") == "hf":
         path, revision = spec["id"], spec.get("revision")
     else:
-        raise ValueError(f"vllm scorer needs a fetched model directory ('path') or an hf id: {dict(spec)}")
-    adapter = variant.get("adapter")
+        raise InvalidInput(f"vllm scorer needs a fetched model directory ('path') or an hf id: {dict(spec)}")
+    adapter = run.adapter
     desc = describe_model(spec)
     if adapter:
         desc = {**desc, "adapter": str(adapter)}
     return VLLMScorer(
         path,
         adapter=str(adapter) if adapter else None,
-        max_doc_chars=protocol.get("max_doc_chars"),
-        **{k: v for k, v in _runtime_options(variant, spec).items() if k in ("dtype", "logprobs_k", "gpu_memory_utilization")},
+        max_doc_chars=prompt.max_doc_chars,
+        **{k: v for k, v in _runtime_options(run, spec).items() if k in ("dtype", "logprobs_k", "gpu_memory_utilization")},
         max_model_len=spec.get("max_model_len"),
-        chat_template_kwargs=_runtime_options(variant, spec).get("chat_template_kwargs"),
+        chat_template_kwargs=_runtime_options(run, spec).get("chat_template_kwargs"),
         model_desc=desc,
         revision=revision,
-        template=_template(protocol),
-        instruction=protocol.get("instruction"),
+        template=_template(prompt),
+        instruction=prompt.instruction,
     )

@@ -55,7 +55,9 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from presdep.scoring import GradeReadout, PromptScorer
+from presdep.config.records import PromptSettings, ScoringRun, thaw
+from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.contracts.readouts import GradeReadout, PromptScorer
 from presdep.scoring.template import load_template, prepare_doc
 from presdep.training.hosted_cache import ReplyCache, request_key
 from presdep.training.hosted_net import (
@@ -69,7 +71,7 @@ from presdep.training.hosted_net import (
 log = logging.getLogger(__name__)
 
 # Every setting the grader reads. Their defaults live in the workflow schema only
-# (presdep/config.schema.yaml, $defs.hosted_settings): the library takes them whole.
+# (presdep/config/schema.yaml, $defs.hosted_settings): the library takes them whole.
 HOSTED_REQUIRED = (
     "provider", "api_key_env", "template", "temperature", "concurrency", "max_retries", "parse_retries",
     "base_delay_s", "max_delay_s", "max_retry_after_s", "timeout_s", "max_parse_failure_share",
@@ -82,11 +84,11 @@ ENDPOINT_STATUSES = (401, 403, 404)
 _LINE = re.compile(r"^\s*\[(\d+)\]\s*Grade:\s*(-?\d+)\s*$")
 
 
-class GradeParseError(ValueError):
+class GradeParseError(PresdepError, ValueError):
     """A reply does not hold exactly one valid grade per document."""
 
 
-class HostedFailure(RuntimeError):
+class HostedFailure(PresdepError, RuntimeError):
     """A request (or a job) that ended without usable replies; the message is scrubbed."""
 
     def __init__(self, message: str, status: int | None = None):
@@ -99,26 +101,26 @@ def hosted_settings(spec: Mapping[str, Any]) -> dict:
     s = dict(spec)
     leaked = [k for k in s if k.lower() in _SECRET_KEYS]
     if leaked:
-        raise ValueError(
+        raise InvalidInput(
             f"hosted settings must not hold a secret ({leaked}); name the environment variable in 'api_key_env'"
         )
     unknown = sorted(set(s) - set(HOSTED_REQUIRED) - set(HOSTED_OPTIONAL))
     if unknown:
-        raise ValueError(f"hosted settings: unknown key(s) {unknown}; known: {sorted(HOSTED_REQUIRED + HOSTED_OPTIONAL)}")
+        raise InvalidInput(f"hosted settings: unknown key(s) {unknown}; known: {sorted(HOSTED_REQUIRED + HOSTED_OPTIONAL)}")
     missing = [k for k in HOSTED_REQUIRED if k not in s]
     if missing:
-        raise ValueError(f"hosted settings lack {missing} (the workflow fills them from the config schema's defaults)")
+        raise InvalidInput(f"hosted settings lack {missing} (the workflow fills them from the config schema's defaults)")
     for k in HOSTED_OPTIONAL:
         s.setdefault(k, None)
     if s["provider"] not in ("openai", "mock"):
-        raise ValueError(f"hosted provider {s['provider']!r} not in ('openai', 'mock')")
+        raise InvalidInput(f"hosted provider {s['provider']!r} not in ('openai', 'mock')")
     if s["provider"] == "openai" and (not s["model"] or not s["base_url"]):
-        raise ValueError("a hosted teacher/scorer needs 'base_url' and 'model'")
+        raise InvalidInput("a hosted teacher/scorer needs 'base_url' and 'model'")
     if int(s["concurrency"]) < 1:
-        raise ValueError("hosted concurrency must be >= 1")
+        raise InvalidInput("hosted concurrency must be >= 1")
     for k in ("max_parse_failure_share", "max_transport_failure_share"):
         if not 0.0 <= float(s[k]) <= 1.0:
-            raise ValueError(f"hosted {k} must be in [0, 1], got {s[k]!r}")
+            raise InvalidInput(f"hosted {k} must be in [0, 1], got {s[k]!r}")
     return s
 
 
@@ -254,7 +256,7 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
-class _MalformedReply(ValueError):
+class _MalformedReply(PresdepError, ValueError):
     pass
 
 
@@ -552,13 +554,14 @@ class HostedScorer(PromptScorer):
         return [[GradeReadout(float(g), None) for g in r.grades] for r in results]
 
 
-def make_hosted(variant: Mapping[str, Any], protocol: Mapping[str, Any]) -> HostedScorer:
-    """Registry factory: ``variant["hosted"]`` holds the endpoint settings, ``cache_dir`` the reply cache."""
-    spec = variant.get("hosted")
+def make_hosted(run: ScoringRun, prompt: PromptSettings) -> HostedScorer:
+    """Registry factory: the variant's ``hosted`` holds the endpoint settings, ``cache_dir`` the reply cache."""
+    spec = run.setting("hosted")
     if not isinstance(spec, Mapping):
-        raise ValueError("scorer 'hosted' needs a 'hosted' mapping (provider, base_url, model, api_key_env, ...)")
-    cache = variant.get("cache_dir") or os.path.join("results", "cache", "hosted", str(spec.get("model") or "mock"))
-    return HostedScorer(spec, cache, max_doc_chars=protocol.get("max_doc_chars"))
+        raise InvalidInput("scorer 'hosted' needs a 'hosted' mapping (provider, base_url, model, api_key_env, ...)")
+    spec = thaw(spec)
+    cache = run.setting("cache_dir") or os.path.join("results", "cache", "hosted", str(spec.get("model") or "mock"))
+    return HostedScorer(spec, cache, max_doc_chars=prompt.max_doc_chars)
 
 
 __all__ = [

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from presdep.schemas import write_text_atomic
+from presdep.contracts.schemas import write_text_atomic
 from presdep.training.hosted_net import scrub
 
 log = logging.getLogger(__name__)

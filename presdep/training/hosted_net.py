@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+from presdep.contracts.errors import PresdepError
+
 REDACTED = "[REDACTED]"
 _SECRETS: set[str] = set()
 _SECRETS_LOCK = threading.Lock()
@@ -33,7 +35,7 @@ _SCHEME = re.compile(r"(?i)\b(bearer|basic)\s+(?!\[REDACTED\])[A-Za-z0-9._~+/=\-
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@")
 
 
-class HostedConfigError(RuntimeError):
+class HostedConfigError(PresdepError, RuntimeError):
     """The hosted endpoint cannot be called as configured (e.g. its key variable is unset)."""
 
 

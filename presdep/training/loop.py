@@ -15,18 +15,20 @@ is a stable shuffle, the views are stable shuffles of the seed's view seeds, dro
 RNG whose state is checkpointed. So a run killed at any point and resumed from
 its last checkpoint ends with the same adapter as an uninterrupted run (on the
 same device and software).
+
+``train_student`` runs its steps in order: set-up (``_set_up``), resume (``_resume``),
+the step loop (``_run_steps``: ``_train_step``, ``_evaluate_heldout``, checkpoints from
+presdep.training.checkpoints), then the outputs (``_write_outputs``).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,10 +38,21 @@ import torch
 from tqdm.auto import tqdm
 
 from presdep import __version__
-from presdep.presentations import chunk_positions, random_shuffle, stable_seed
-from presdep.resume import resume_dir
-from presdep.schemas import write_text_atomic
-from presdep.training.lora import add_lora, adapter_state, load_adapter_state, save_adapter
+from presdep.config.records import STUDENT_KEYS, Protocol, TrainingSettings, thaw
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.contracts.schemas import atomic_write, read_metadata, read_table, write_text_atomic
+from presdep.metrics.quality import ndcg_runs, qrels_to_dict
+from presdep.runtime.models import load_model
+from presdep.runtime.resume import resume_dir
+from presdep.training.checkpoints import (
+    latest_checkpoint,
+    restore_checkpoint,
+    run_fingerprint,
+    write_checkpoint,
+    write_dir_atomic,
+)
+from presdep.training.lora import add_lora, save_adapter
 from presdep.training.objectives import (
     VIEW_SEED_RULE,
     Objective,
@@ -54,32 +67,8 @@ from presdep.training.readout_grad import GradReadout, ReadoutScorer
 
 log = logging.getLogger(__name__)
 
-# Every setting the loop reads; their defaults live in the workflow's config schema only.
-STUDENT_KEYS = ("objective", "lambda", "lambda_warmup_steps", "n_views", "view_seed_base", "steps", "batch_chunks",
-                "lr", "lr_warmup_ratio", "weight_decay", "betas", "max_grad_norm", "checkpoint_every",
-                "eval_batch_prompts", "debias_eps", "lora", "device", "dtype", "gradient_checkpointing")
 LOG_COLUMNS = ("step", "epoch", "loss", "supervised", "consistency", "lambda", "lr", "grad_norm", "tokens",
                "seconds", "heldout_ndcg10", "heldout_score_std")
-
-
-def student_settings(spec: Mapping[str, Any]) -> dict:
-    """The student settings, checked: every key of STUDENT_KEYS present (``eval_every`` optional)."""
-    s = copy.deepcopy(dict(spec))
-    missing = [k for k in STUDENT_KEYS if k not in s]
-    if missing:
-        raise ValueError(f"student settings lack {missing} (the config schema gives their defaults)")
-    for key in ("steps", "batch_chunks", "checkpoint_every", "n_views"):
-        if not isinstance(s[key], int) or s[key] < 1:
-            raise ValueError(f"student {key} must be a positive integer, got {s[key]!r}")
-    if not 0.0 <= float(s["lr_warmup_ratio"]) <= 1.0:
-        raise ValueError(f"student lr_warmup_ratio must be in [0, 1], got {s['lr_warmup_ratio']!r}")
-    if len(s["betas"]) != 2 or not all(0.0 <= float(b) < 1.0 for b in s["betas"]):
-        raise ValueError(f"student betas must be two numbers in [0, 1), got {s['betas']!r}")
-    if s.get("eval_every") is None:
-        s["eval_every"] = s["checkpoint_every"]
-    if s["eval_every"] % s["checkpoint_every"]:
-        raise ValueError("student eval_every must be a multiple of checkpoint_every (evaluated adapters are kept)")
-    return s
 
 
 # ----------------------------------------------------------------- data
@@ -91,7 +80,7 @@ def silver_label_maps(silver: pl.DataFrame) -> tuple[dict, dict]:
     columns, repeated on a document's rows. Missing or failed values are None."""
     for col in ("label_k1", "label"):
         if col not in silver.columns:
-            raise ValueError(f"silver labels lack the column {col!r}; have {silver.columns}")
+            raise InvalidInput(f"silver labels lack the column {col!r}; have {silver.columns}")
     k1: dict[tuple[str, str], float | None] = {}
     k10: dict[tuple[str, str], float | None] = {}
     for q, d, a, m in silver.select("query_id", "doc_id", "label_k1", "label").unique(
@@ -103,6 +92,7 @@ def silver_label_maps(silver: pl.DataFrame) -> tuple[dict, dict]:
 
 
 def epoch_order(seed: int, epoch: int, n_chunks: int) -> list[int]:
+    """The item order of ``epoch``: a stable shuffle keyed by (seed, epoch)."""
     return random_shuffle(list(range(n_chunks)), stable_seed(int(seed), "epoch", int(epoch)))
 
 
@@ -123,8 +113,6 @@ def heldout_eval(
     The score spread is what the lambda rule's collapse floor reads: a student that
     gives every document nearly the same score is trivially order-stable.
     """
-    from presdep.metrics.quality import ndcg_runs, qrels_to_dict
-
     layout, prompts = [], []
     for (qid,), g in candidates.sort("query_id", "first_stage_rank").group_by("query_id", maintain_order=True):
         ids, docs, query = g["doc_id"].to_list(), g["doc"].to_list(), g["query"][0]
@@ -139,100 +127,297 @@ def heldout_eval(
     return ndcg_runs(runs, qrels_to_dict(qrels), k), spread
 
 
-# ----------------------------------------------------------------- checkpoints
-
-
-def _step_dir(root: Path, step: int) -> Path:
-    return root / "checkpoints" / f"step{step:06d}"
-
-
-def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint (one with trainer state), or None."""
-    root = Path(out_dir) / "checkpoints"
-    if not root.is_dir():
-        return None
-    done = sorted(p for p in root.glob("step*") if p.is_dir() and (p / "trainer.pt").exists())
-    return done[-1] if done else None
-
-
-def _write_checkpoint(out_dir: Path, step: int, model, optimizer, rows: list[dict], heldout_rows: list[dict]) -> Path:
-    final = _step_dir(out_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        save_adapter(model, tmp / "adapter")
-        torch.save(
-            {
-                "step": step,
-                "optimizer": optimizer.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "adapter": adapter_state(model),
-            },
-            tmp / "trainer.pt",
-        )
-        (tmp / "log.json").write_text(json.dumps({"rows": rows, "heldout": heldout_rows}))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    # Only the newest checkpoint keeps optimizer state; older adapters stay for selection.
-    for old in (out_dir / "checkpoints").glob("step*"):
-        if old != final and (old / "trainer.pt").exists():
-            (old / "trainer.pt").unlink()
-    return final
-
-
-def _frame_sha(df: pl.DataFrame | None) -> str | None:
-    if df is None:
-        return None
-    import hashlib
-
-    h = hashlib.sha256()
-    for name in sorted(df.columns):
-        h.update(name.encode() + b"\x00")
-        for v in df.sort(sorted(df.columns))[name].to_list():
-            h.update(repr(v).encode() + b"\x1f")
-    return h.hexdigest()
-
-
-def _fingerprint(s, B, seed, max_doc_chars, *frames) -> str:
-    """What a checkpoint must share with this run to be resumed (settings, seed, data)."""
-    ident = {"presdep_version": __version__, "student": s, "B": B, "seed": seed, "max_doc_chars": max_doc_chars,
-             "data": [_frame_sha(f) for f in frames]}
-    return json.dumps(ident, sort_keys=True, default=str)
-
-
 def lr_warmup_steps(steps: int, ratio: float) -> int:
     """Warm-up length from the ratio (ceil, so any positive ratio warms up at least one step)."""
     return int(math.ceil(float(ratio) * int(steps)))
 
 
 def _lr_at(step: int, lr: float, warmup: int) -> float:
+    """The learning rate of 0-based ``step``: linear warm-up over ``warmup`` steps, then constant."""
     return lr * min(1.0, (step + 1) / warmup) if warmup > 0 else lr
 
 
-def build_objective(s: Mapping[str, Any], *, B: int, seed: int, queries: Sequence[QueryList],
+def build_objective(s: TrainingSettings, *, B: int, seed: int, queries: Sequence[QueryList],
                     train_qrels: pl.DataFrame | None) -> tuple[Objective, list[int]]:
     """The objective of settings ``s`` for training seed ``seed`` and its view seeds."""
-    view_seeds = view_seeds_for(int(seed), int(s["n_views"]), int(s["view_seed_base"]))
+    view_seeds = view_seeds_for(int(seed), int(s.n_views), int(s.view_seed_base))
     slot_w = None
-    if s["objective"] == "debias_first":
+    if s.objective == "debias_first":
         if train_qrels is None:
-            raise ValueError("debias_first needs the training split's qrels (slot propensities)")
+            raise InvalidInput("debias_first needs the training split's qrels (slot propensities)")
         rel = {(str(q), str(d)) for q, d, r in train_qrels.select("query_id", "doc_id", "relevance").iter_rows()
                if r is not None and r >= 1}
         flags = [[(q.query_id, q.doc_ids[i]) in rel for i in pos]
                  for q in queries for pos in chunk_positions(len(q), B, "contiguous")]
-        slot_w = slot_propensity_weights(flags, B, float(s["debias_eps"]))
-    obj = make_objective(s["objective"], B=B, view_seeds=view_seeds, lam=float(s["lambda"]),
-                         lambda_warmup_steps=int(s["lambda_warmup_steps"]), slot_weights=slot_w)
+        slot_w = slot_propensity_weights(flags, B, float(s.debias_eps))
+    obj = make_objective(s.objective, B=B, view_seeds=view_seeds, lam=float(s.lam),
+                         lambda_warmup_steps=int(s.lambda_warmup_steps), slot_weights=slot_w)
     return obj, view_seeds
 
 
 # ----------------------------------------------------------------- training
+
+
+@dataclass
+class EpochItems:
+    """The objective's training items, one epoch held at a time (a step spans at most two)."""
+
+    objective: Objective
+    queries: list[QueryList]
+    cache: dict[int, list[TrainItem]] = field(default_factory=dict)
+
+    def __call__(self, epoch: int) -> list[TrainItem]:
+        if epoch not in self.cache:
+            self.cache.clear()
+            self.cache[epoch] = self.objective.items(self.queries, epoch)
+        return self.cache[epoch]
+
+
+@dataclass
+class TrainState:
+    """One run: its settings, data and objective, the LoRA model and optimiser, and its progress."""
+
+    s: TrainingSettings
+    out_dir: Path
+    B: int
+    seed: int
+    max_doc_chars: int | None
+    device: torch.device
+    queries: list[QueryList]
+    objective: Objective
+    view_seeds: list[int]
+    n_labelled: int
+    items_of: EpochItems
+    n_items: int
+    model: Any  # the base model wrapped with LoRA adapters (peft)
+    readout: GradReadout
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    warmup: int
+    rows: list[dict] = field(default_factory=list)
+    heldout_rows: list[dict] = field(default_factory=list)
+    start: int = 0
+    resumed: bool = False
+
+
+@dataclass
+class HeldOut:
+    """The held-out split and the scorer that evaluates the student on it."""
+
+    scorer: ReadoutScorer
+    candidates: pl.DataFrame
+    qrels: pl.DataFrame
+
+
+def _training_data(s: TrainingSettings, *, B: int, seed: int, silver: pl.DataFrame, train_candidates: pl.DataFrame,
+                   train_qrels: pl.DataFrame | None,
+                   objective: Objective | None) -> tuple[list[QueryList], Objective, list[int], int]:
+    """The training queries, the objective (given, or the settings'), its view seeds and the labelled-doc count."""
+    k1, k10 = silver_label_maps(silver)
+    queries = build_queries(train_candidates.to_dicts(), k1, k10)
+    if not queries:
+        raise InvalidInput("no training queries: the training candidates are empty")
+    built_obj, view_seeds = build_objective(s, B=B, seed=seed, queries=queries, train_qrels=train_qrels)
+    objective = objective or built_obj
+    n_labelled = sum(int(objective.labels(q)[1].sum()) for q in queries)
+    if n_labelled == 0:
+        raise InvalidInput(f"no training document carries a {objective.label!r} silver label")
+    return queries, objective, view_seeds, n_labelled
+
+
+def _lora_model(model: Any, tokenizer: Any, s: TrainingSettings, *, seed: int, max_doc_chars: int | None,
+                device: torch.device) -> tuple[Any, GradReadout, list[torch.nn.Parameter], torch.optim.Optimizer]:
+    """The base model wrapped with fresh LoRA adapters, its gradient readout, trainable parameters and AdamW."""
+    if s.gradient_checkpointing is True or (s.gradient_checkpointing == "auto" and device.type == "cuda"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    peft_model = add_lora(model, thaw(s.lora), seed)
+    readout = GradReadout(peft_model, tokenizer, max_doc_chars=max_doc_chars)
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=float(s.lr), weight_decay=float(s.weight_decay),
+                                  betas=(float(s.betas[0]), float(s.betas[1])))
+    return peft_model, readout, params, optimizer
+
+
+def _set_up(model: Any, tokenizer: Any, *, student: TrainingSettings, out_dir: str | os.PathLike, B: int, seed: int,
+            max_doc_chars: int | None, silver: pl.DataFrame, train_candidates: pl.DataFrame,
+            train_qrels: pl.DataFrame | None, objective: Objective | None) -> TrainState:
+    """Set-up: settings, output folder, data and objective, epoch items, LoRA model and optimiser."""
+    s = student  # the record: validated once, when it was built
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    queries, objective, view_seeds, n_labelled = _training_data(
+        s, B=B, seed=seed, silver=silver, train_candidates=train_candidates, train_qrels=train_qrels,
+        objective=objective)
+    items_of = EpochItems(objective, queries)
+    n_items = len(items_of(0))
+    peft_model, readout, params, optimizer = _lora_model(model, tokenizer, s, seed=seed, max_doc_chars=max_doc_chars,
+                                                         device=device)
+    return TrainState(s=s, out_dir=out_dir, B=B, seed=seed, max_doc_chars=max_doc_chars, device=device,
+                      queries=queries, objective=objective, view_seeds=view_seeds, n_labelled=n_labelled,
+                      items_of=items_of, n_items=n_items, model=peft_model, readout=readout, params=params,
+                      optimizer=optimizer, warmup=lr_warmup_steps(s.steps, s.lr_warmup_ratio))
+
+
+def _resume(run: TrainState, frames: Sequence[pl.DataFrame | None]) -> None:
+    """Resume: drop checkpoints of other settings or data, restore the newest one, else seed the torch RNG."""
+    fingerprint = run_fingerprint({**run.s.as_dict(), "objective_spec": run.objective.describe()}, run.B, run.seed,
+                                  run.max_doc_chars, *frames)
+    resume_dir(run.out_dir / "checkpoints", fingerprint)
+    ckpt = latest_checkpoint(run.out_dir)
+    if ckpt is None:
+        torch.manual_seed(stable_seed(int(run.seed), "train-rng") % (2**63))
+        return
+    run.rows, run.heldout_rows, run.start = restore_checkpoint(ckpt, run.model, run.optimizer)
+    run.resumed = True
+    log.info("resuming from %s (step %d of %d)", ckpt, run.start, run.s.steps)
+
+
+def _heldout(run: TrainState, tokenizer: Any, candidates: pl.DataFrame | None,
+             qrels: pl.DataFrame | None) -> HeldOut | None:
+    """The held-out split with its evaluation scorer, or None when the split is not given."""
+    if candidates is None or qrels is None:
+        return None
+    scorer = ReadoutScorer(run.model, tokenizer, name="student", max_doc_chars=run.max_doc_chars,
+                           batch_prompts=int(run.s.eval_batch_prompts))
+    return HeldOut(scorer, candidates, qrels)
+
+
+def _step_batch(run: TrainState, picks: Sequence[tuple[int, int]]) -> list[TrainItem]:
+    """The training items of a step's (epoch, item index) picks."""
+    batch = []
+    for e, i in picks:
+        its = run.items_of(e)
+        if len(its) != run.n_items:
+            raise RuntimeError(f"epoch {e} has {len(its)} training items, epoch 0 had {run.n_items}")
+        batch.append(its[i])
+    return batch
+
+
+def _train_step(run: TrainState, step: int) -> tuple[dict, float]:
+    """One optimiser step (0-based ``step``); returns its train-log row (held-out columns empty) and its loss."""
+    s = run.s
+    t0 = time.perf_counter()
+    for g in run.optimizer.param_groups:
+        g["lr"] = _lr_at(step, float(s.lr), run.warmup)
+    picks = batch_for_step(run.seed, step, s.batch_chunks, run.n_items)
+    batch = _step_batch(run, picks)
+    prompts = [(run.queries[it.query].query, [run.queries[it.query].docs[i] for i in view])
+               for it in batch for view in it.views]
+    built = run.readout.build(prompts)
+    flat = run.readout.expected_from_built(built)
+    scores, k = [], 0
+    for it in batch:
+        scores.append(flat[k : k + len(it.views)])
+        k += len(it.views)
+    loss, parts = run.objective.loss(run.queries, batch, scores, step)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(run.params, float(s.max_grad_norm))
+    run.optimizer.step()
+    row = {
+        "step": step + 1, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
+        "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
+        "lr": run.optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
+        "tokens": sum(len(b.ids) for b in built), "seconds": time.perf_counter() - t0,
+        "heldout_ndcg10": None, "heldout_score_std": None,
+    }
+    return row, parts["loss"]
+
+
+def _evaluate_heldout(run: TrainState, heldout: HeldOut, row: dict) -> None:
+    """Held-out evaluation after a step: its mean nDCG@10 and score spread into ``row``, per-query rows kept."""
+    per_q, spread = heldout_eval(heldout.scorer, heldout.candidates, heldout.qrels, run.B)
+    row["heldout_ndcg10"] = float(np.mean(list(per_q.values()))) if per_q else None
+    row["heldout_score_std"] = spread
+    run.heldout_rows += [{"step": row["step"], "query_id": q, "ndcg10": v} for q, v in sorted(per_q.items())]
+    run.model.train()
+
+
+def _run_steps(run: TrainState, heldout: HeldOut | None, on_step: Callable[[int], None] | None) -> float:
+    """The step loop from the resumed step to the last (evaluate, checkpoint when due); returns its wall seconds."""
+    s = run.s
+    t_start = time.perf_counter()
+    run.model.train()
+    with tqdm(total=s.steps, initial=run.start, desc=f"train {s.objective} seed{run.seed}", unit="step") as bar:
+        for step in range(run.start, s.steps):
+            row, loss = _train_step(run, step)
+            done_steps = step + 1
+            last = done_steps == s.steps
+            if heldout is not None and (done_steps % s.eval_every == 0 or last):
+                _evaluate_heldout(run, heldout, row)
+            run.rows.append(row)
+            if done_steps % s.checkpoint_every == 0 or last:
+                write_checkpoint(run.out_dir, done_steps, run.model, run.optimizer, run.rows, run.heldout_rows)
+            bar.set_postfix(loss=f"{loss:.4f}")
+            bar.update(1)
+            if on_step is not None:
+                on_step(done_steps)
+    return time.perf_counter() - t_start
+
+
+def _view_seed_rule(run: TrainState) -> str:
+    """How the run's view seeds follow from its seed, with the settings' N and base."""
+    return f"{VIEW_SEED_RULE} (N = {run.s.n_views}, base = {run.s.view_seed_base})"
+
+
+def _write_logs(run: TrainState) -> None:
+    """train_log.parquet (its metadata: seed, view seeds, objective) and heldout.parquet."""
+    schema = {c: (pl.Int64 if c in ("step", "epoch", "tokens") else pl.Float64) for c in LOG_COLUMNS}
+    log_df = pl.DataFrame([{c: r.get(c) for c in LOG_COLUMNS} for r in run.rows], schema=schema)
+    # The log carries its run's view seeds, so a log read alone says which views trained it.
+    log_meta = {"seed": str(int(run.seed)), "view_seeds": json.dumps(run.view_seeds), "objective": run.s.objective,
+                "view_seed_rule": _view_seed_rule(run)}
+    _write_parquet_atomic(log_df, run.out_dir / "train_log.parquet", log_meta)
+    _write_parquet_atomic(
+        pl.DataFrame(run.heldout_rows, schema={"step": pl.Int64, "query_id": pl.String, "ndcg10": pl.Float64}),
+        run.out_dir / "heldout.parquet",
+    )
+
+
+def _done_record(run: TrainState, base_model: Any, wall: float, provenance: Mapping[str, Any] | None) -> dict:
+    """The contents of done.json: settings, view seeds, data sizes, checkpoints, timings, held-out figures."""
+    s, rows = run.s, run.rows
+    checkpoints = sorted(int(p.name[4:]) for p in (run.out_dir / "checkpoints").glob("step*")
+                         if (p / "adapter").is_dir())
+    timed = [r["seconds"] for r in rows[run.start:]]
+    return {
+        "presdep_version": __version__,
+        "seed": int(run.seed),
+        "view_seeds": run.view_seeds,
+        "view_seed_rule": _view_seed_rule(run),
+        "student": s.as_dict(),
+        "objective": run.objective.describe(),
+        "B": int(run.B),
+        "max_doc_chars": run.max_doc_chars,
+        "template_sha256": run.readout.template_sha256,
+        "n_queries": len(run.queries),
+        "items_per_epoch": run.n_items,
+        "n_labelled_docs": run.n_labelled,
+        "steps": s.steps,
+        "lr_warmup_steps": run.warmup,
+        "resumed_from_step": run.start if run.resumed else None,
+        "checkpoints": checkpoints,
+        "adapter": "adapter",
+        "device": run.device.type,
+        "dtype": str(next(base_model.parameters()).dtype).replace("torch.", ""),
+        "wall_seconds_this_run": wall,
+        "seconds_per_step": float(np.mean(timed)) if timed else None,
+        "heldout": {str(r["step"]): r["heldout_ndcg10"] for r in rows if r.get("heldout_ndcg10") is not None},
+        "heldout_score_std": {str(r["step"]): r["heldout_score_std"] for r in rows
+                              if r.get("heldout_score_std") is not None},
+        "provenance": dict(provenance or {}),
+    }
+
+
+def _write_outputs(run: TrainState, base_model: Any, wall: float, provenance: Mapping[str, Any] | None) -> dict:
+    """Final outputs: the adapter, the logs, then done.json (written last: the run is complete); returns done."""
+    write_dir_atomic(run.out_dir / "adapter", lambda tmp: save_adapter(run.model, tmp))
+    _write_logs(run)
+    done = _done_record(run, base_model, wall, provenance)
+    write_text_atomic(run.out_dir / "done.json", json.dumps(done, indent=1, sort_keys=True, default=str) + "\n")
+    return done
 
 
 def train_student(
@@ -242,7 +427,7 @@ def train_student(
     silver: pl.DataFrame,
     train_candidates: pl.DataFrame,
     out_dir: str | os.PathLike,
-    student: Mapping[str, Any],
+    student: TrainingSettings,
     B: int,
     seed: int,
     max_doc_chars: int | None = None,
@@ -260,168 +445,16 @@ def train_student(
     (and its checkpoint) completes. ``objective`` replaces the one the settings name
     (an extension point: the settings still key the checkpoints).
     """
-    s = student_settings(student)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    device = next(model.parameters()).device
-
-    k1, k10 = silver_label_maps(silver)
-    queries = build_queries(train_candidates.to_dicts(), k1, k10)
-    if not queries:
-        raise ValueError("no training queries: the training candidates are empty")
-    built_obj, view_seeds = build_objective(s, B=B, seed=seed, queries=queries, train_qrels=train_qrels)
-    objective = objective or built_obj
-    n_labelled = sum(int(objective.labels(q)[1].sum()) for q in queries)
-    if n_labelled == 0:
-        raise ValueError(f"no training document carries a {objective.label!r} silver label")
-    epoch_items: dict[int, list[TrainItem]] = {}
-
-    def items_of(epoch: int) -> list[TrainItem]:
-        if epoch not in epoch_items:
-            epoch_items.clear()  # one epoch at a time: a step spans at most two
-            epoch_items[epoch] = objective.items(queries, epoch)
-        return epoch_items[epoch]
-
-    n_items = len(items_of(0))
-
-    if s["gradient_checkpointing"] is True or (s["gradient_checkpointing"] == "auto" and device.type == "cuda"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
-    peft_model = add_lora(model, s["lora"], seed)
-    readout = GradReadout(peft_model, tokenizer, max_doc_chars=max_doc_chars)
-    params = [p for p in peft_model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=float(s["lr"]), weight_decay=float(s["weight_decay"]),
-                                  betas=(float(s["betas"][0]), float(s["betas"][1])))
-    warmup = lr_warmup_steps(s["steps"], s["lr_warmup_ratio"])
-
-    rows: list[dict] = []
-    heldout_rows: list[dict] = []
-    start = 0
-    fingerprint = _fingerprint({**s, "objective_spec": objective.describe()}, B, seed, max_doc_chars, silver,
-                               train_candidates, train_qrels, heldout_candidates, heldout_qrels)
-    resume_dir(out_dir / "checkpoints", fingerprint)
-    ckpt = latest_checkpoint(out_dir)
-    if ckpt is not None:
-        state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
-        load_adapter_state(peft_model, state["adapter"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        if state.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        saved = json.loads((ckpt / "log.json").read_text())
-        rows, heldout_rows, start = saved["rows"], saved["heldout"], int(state["step"])
-        log.info("resuming from %s (step %d of %d)", ckpt, start, s["steps"])
-    else:
-        torch.manual_seed(stable_seed(int(seed), "train-rng") % (2**63))
-
-    do_eval = heldout_candidates is not None and heldout_qrels is not None
-    eval_scorer = ReadoutScorer(peft_model, tokenizer, name="student", max_doc_chars=max_doc_chars,
-                                batch_prompts=int(s["eval_batch_prompts"])) if do_eval else None
-    t_start = time.perf_counter()
-    peft_model.train()
-    with tqdm(total=s["steps"], initial=start, desc=f"train {s['objective']} seed{seed}", unit="step") as bar:
-        for step in range(start, s["steps"]):
-            t0 = time.perf_counter()
-            for g in optimizer.param_groups:
-                g["lr"] = _lr_at(step, float(s["lr"]), warmup)
-            picks = batch_for_step(seed, step, s["batch_chunks"], n_items)
-            batch = []
-            for e, i in picks:
-                its = items_of(e)
-                if len(its) != n_items:
-                    raise RuntimeError(f"epoch {e} has {len(its)} training items, epoch 0 had {n_items}")
-                batch.append(its[i])
-            prompts = [(queries[it.query].query, [queries[it.query].docs[i] for i in view])
-                       for it in batch for view in it.views]
-            built = readout.build(prompts)
-            flat = readout.expected_from_built(built)
-            scores, k = [], 0
-            for it in batch:
-                scores.append(flat[k : k + len(it.views)])
-                k += len(it.views)
-            loss, parts = objective.loss(queries, batch, scores, step)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(params, float(s["max_grad_norm"]))
-            optimizer.step()
-            done_steps = step + 1
-            row = {
-                "step": done_steps, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
-                "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
-                "lr": optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
-                "tokens": sum(len(b.ids) for b in built), "seconds": time.perf_counter() - t0,
-                "heldout_ndcg10": None, "heldout_score_std": None,
-            }
-            if do_eval and (done_steps % s["eval_every"] == 0 or done_steps == s["steps"]):
-                per_q, spread = heldout_eval(eval_scorer, heldout_candidates, heldout_qrels, B)
-                row["heldout_ndcg10"] = float(np.mean(list(per_q.values()))) if per_q else None
-                row["heldout_score_std"] = spread
-                heldout_rows += [{"step": done_steps, "query_id": q, "ndcg10": v} for q, v in sorted(per_q.items())]
-                peft_model.train()
-            rows.append(row)
-            if done_steps % s["checkpoint_every"] == 0 or done_steps == s["steps"]:
-                _write_checkpoint(out_dir, done_steps, peft_model, optimizer, rows, heldout_rows)
-            bar.set_postfix(loss=f"{parts['loss']:.4f}")
-            bar.update(1)
-            if on_step is not None:
-                on_step(done_steps)
-
-    wall = time.perf_counter() - t_start
-    final_tmp = Path(tempfile.mkdtemp(prefix=".adapter.", suffix=".tmp", dir=out_dir))
-    try:
-        save_adapter(peft_model, final_tmp)
-        if (out_dir / "adapter").exists():
-            shutil.rmtree(out_dir / "adapter")
-        os.replace(final_tmp, out_dir / "adapter")
-    finally:
-        if final_tmp.exists():
-            shutil.rmtree(final_tmp, ignore_errors=True)
-    schema = {c: (pl.Int64 if c in ("step", "epoch", "tokens") else pl.Float64) for c in LOG_COLUMNS}
-    log_df = pl.DataFrame([{c: r.get(c) for c in LOG_COLUMNS} for r in rows], schema=schema)
-    # The log carries its run's view seeds, so a log read alone says which views trained it.
-    log_meta = {"seed": str(int(seed)), "view_seeds": json.dumps(view_seeds), "objective": s["objective"],
-                "view_seed_rule": f"{VIEW_SEED_RULE} (N = {s['n_views']}, base = {s['view_seed_base']})"}
-    _write_parquet_atomic(log_df, out_dir / "train_log.parquet", log_meta)
-    _write_parquet_atomic(
-        pl.DataFrame(heldout_rows, schema={"step": pl.Int64, "query_id": pl.String, "ndcg10": pl.Float64}),
-        out_dir / "heldout.parquet",
-    )
-    checkpoints = sorted(int(p.name[4:]) for p in (out_dir / "checkpoints").glob("step*") if (p / "adapter").is_dir())
-    timed = [r["seconds"] for r in rows[start:]]
-    done = {
-        "presdep_version": __version__,
-        "seed": int(seed),
-        "view_seeds": view_seeds,
-        "view_seed_rule": log_meta["view_seed_rule"],
-        "student": {k: v for k, v in s.items()},
-        "objective": objective.describe(),
-        "B": int(B),
-        "max_doc_chars": max_doc_chars,
-        "template_sha256": readout.template_sha256,
-        "n_queries": len(queries),
-        "items_per_epoch": n_items,
-        "n_labelled_docs": n_labelled,
-        "steps": s["steps"],
-        "lr_warmup_steps": warmup,
-        "resumed_from_step": start if ckpt is not None else None,
-        "checkpoints": checkpoints,
-        "adapter": "adapter",
-        "device": device.type,
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "wall_seconds_this_run": wall,
-        "seconds_per_step": float(np.mean(timed)) if timed else None,
-        "heldout": {str(r["step"]): r["heldout_ndcg10"] for r in rows if r.get("heldout_ndcg10") is not None},
-        "heldout_score_std": {str(r["step"]): r["heldout_score_std"] for r in rows
-                              if r.get("heldout_score_std") is not None},
-        "provenance": dict(provenance or {}),
-    }
-    write_text_atomic(out_dir / "done.json", json.dumps(done, indent=1, sort_keys=True, default=str) + "\n")
-    return done
+    run = _set_up(model, tokenizer, student=student, out_dir=out_dir, B=B, seed=seed, max_doc_chars=max_doc_chars,
+                  silver=silver, train_candidates=train_candidates, train_qrels=train_qrels, objective=objective)
+    _resume(run, (silver, train_candidates, train_qrels, heldout_candidates, heldout_qrels))
+    heldout = _heldout(run, tokenizer, heldout_candidates, heldout_qrels)
+    wall = _run_steps(run, heldout, on_step)
+    return _write_outputs(run, model, wall, provenance)
 
 
 def _write_parquet_atomic(df: pl.DataFrame, path: Path, metadata: Mapping[str, str] | None = None) -> None:
-    from presdep.schemas import atomic_write
-
+    """Write ``df`` (with key-value ``metadata``) as Parquet, atomically."""
     atomic_write(path, lambda tmp: df.write_parquet(tmp, metadata=dict(metadata) if metadata else None))
 
 
@@ -431,31 +464,28 @@ def train_student_files(
     silver_path: str | os.PathLike,
     train_candidates_path: str | os.PathLike,
     out_dir: str | os.PathLike,
-    student: Mapping[str, Any],
-    B: int,
+    student: TrainingSettings,
+    protocol: Protocol,
     seed: int,
-    max_doc_chars: int | None = None,
     train_qrels_path: str | os.PathLike | None = None,
     heldout_candidates_path: str | os.PathLike | None = None,
     heldout_qrels_path: str | os.PathLike | None = None,
     threads: int | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> dict:
-    """The ``train_student`` job: read the inputs, load the base model, train."""
-    from presdep.models import load_model
-    from presdep.schemas import read_metadata, read_table
-
+    """The ``train_student`` job: read the inputs, load the base model, train (B and max_doc_chars: the
+    training dataset's protocol)."""
     if threads:
         torch.set_num_threads(int(threads))
-    s = student_settings(student)
-    model, tok = load_model(str(model_dir), device=s["device"], dtype=s["dtype"])
+    s = student
+    model, tok = load_model(str(model_dir), device=s.device, dtype=s.dtype)
     prov = dict(provenance or {})
     prov["silver"] = {k: v for k, v in read_metadata(silver_path).items() if k in ("teacher", "teacher_spec", "mock", "template_sha256")}
     return train_student(
         model, tok,
         silver=read_table(silver_path, "silver"),
         train_candidates=read_table(train_candidates_path, "candidates"),
-        out_dir=out_dir, student=s, B=B, seed=seed, max_doc_chars=max_doc_chars,
+        out_dir=out_dir, student=s, B=protocol.B, seed=seed, max_doc_chars=protocol.max_doc_chars,
         train_qrels=read_table(train_qrels_path, "qrels") if train_qrels_path else None,
         heldout_candidates=read_table(heldout_candidates_path, "candidates") if heldout_candidates_path else None,
         heldout_qrels=read_table(heldout_qrels_path, "qrels") if heldout_qrels_path else None,
@@ -464,6 +494,6 @@ def train_student_files(
 
 
 __all__ = [
-    "STUDENT_KEYS", "student_settings", "silver_label_maps", "batch_for_step", "epoch_order", "heldout_eval",
+    "STUDENT_KEYS", "silver_label_maps", "batch_for_step", "epoch_order", "heldout_eval",
     "lr_warmup_steps", "build_objective", "latest_checkpoint", "train_student", "train_student_files",
 ]

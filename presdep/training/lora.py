@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 import torch
 
+from presdep.contracts.errors import InvalidInput
+
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")  # defaults: the config schema's student.lora
 
 
@@ -19,9 +21,9 @@ def lora_settings(spec: Mapping[str, Any] | None) -> dict:
     missing = [k for k in LORA_KEYS if k not in out]
     unknown = sorted(set(out) - set(LORA_KEYS))
     if missing or unknown:
-        raise ValueError(f"LoRA settings: missing {missing}, unknown {unknown}; expected exactly {list(LORA_KEYS)}")
+        raise InvalidInput(f"LoRA settings: missing {missing}, unknown {unknown}; expected exactly {list(LORA_KEYS)}")
     if int(out["r"]) < 1 or not 0.0 <= float(out["dropout"]) < 1.0:
-        raise ValueError(f"LoRA needs r >= 1 and 0 <= dropout < 1: {out}")
+        raise InvalidInput(f"LoRA needs r >= 1 and 0 <= dropout < 1: {out}")
     out["target_modules"] = list(out["target_modules"])
     return out
 

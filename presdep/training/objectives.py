@@ -36,7 +36,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from presdep.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
 
 OBJECTIVES = ("single_order", "order_averaged", "perm_aug", "debias_first", "oc_sft")
 LABEL_OF = {"single_order": "k1", "order_averaged": "k10", "perm_aug": "k1", "debias_first": "k1", "oc_sft": "k1"}
@@ -86,7 +87,7 @@ def build_queries(
         rows = sorted(rows, key=lambda r: int(r["first_stage_rank"]))
         ids = tuple(str(r["doc_id"]) for r in rows)
         if len(set(ids)) != len(ids):
-            raise ValueError(f"training candidates: query {qid!r} lists a document twice")
+            raise InvalidInput(f"training candidates: query {qid!r} lists a document twice")
         out.append(QueryList(qid, str(rows[0]["query"]), ids, tuple(str(r["doc"]) for r in rows),
                              tuple(labels_k1.get((qid, d)) for d in ids), tuple(labels_k10.get((qid, d)) for d in ids)))
     return out
@@ -95,9 +96,9 @@ def build_queries(
 def view_seeds_for(seed: int, n_views: int, base: int = 42) -> list[int]:
     """The view seeds of a training seed: N*(seed - base) + 0..N-1 (distinct seeds never share one)."""
     if n_views < 1:
-        raise ValueError(f"n_views must be >= 1, got {n_views}")
+        raise InvalidInput(f"n_views must be >= 1, got {n_views}")
     if seed < base:
-        raise ValueError(f"training seed {seed} is below view_seed_base {base}: its view seeds would be negative "
+        raise InvalidInput(f"training seed {seed} is below view_seed_base {base}: its view seeds would be negative "
                          f"({VIEW_SEED_RULE}); use seeds >= {base} or set student.view_seed_base")
     return [n_views * (int(seed) - int(base)) + i for i in range(n_views)]
 
@@ -126,11 +127,11 @@ def slot_propensity_weights(relevant: Sequence[Sequence[bool]], B: int, eps: flo
     rel = np.zeros(B)
     for c, flags in enumerate(relevant):
         if len(flags) > B:
-            raise ValueError(f"first-stage chunk {c} has {len(flags)} documents, more than B = {B}")
+            raise InvalidInput(f"first-stage chunk {c} has {len(flags)} documents, more than B = {B}")
         for s, f in enumerate(flags):
             rel[s] += bool(f)
     if rel.sum() == 0:
-        raise ValueError("debias_first: no relevant document (grade >= 1) in the training qrels' first-stage chunks")
+        raise InvalidInput("debias_first: no relevant document (grade >= 1) in the training qrels' first-stage chunks")
     p = rel / rel.sum() + eps
     w = 1.0 / p
     return w / w.mean()
@@ -150,7 +151,7 @@ class Objective:
 
     def __init__(self, B: int, view_seeds: Sequence[int] = ()):
         if B < 1:
-            raise ValueError(f"B must be >= 1, got {B}")
+            raise InvalidInput(f"B must be >= 1, got {B}")
         self.B = int(B)
         self.view_seeds = [int(v) for v in view_seeds]
 
@@ -221,7 +222,7 @@ class PermAug(Objective):
     def __init__(self, B: int, view_seeds: Sequence[int]):
         super().__init__(B, view_seeds)
         if not self.view_seeds:
-            raise ValueError(f"{self.name} needs at least one view seed")
+            raise InvalidInput(f"{self.name} needs at least one view seed")
 
     def items(self, queries, epoch):
         out = []
@@ -239,7 +240,7 @@ class DebiasFirst(PermAug):
         super().__init__(B, view_seeds)
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=torch.float32)
         if w.ndim != 1 or len(w) != self.B or not torch.isfinite(w).all() or (w <= 0).any():
-            raise ValueError(f"DebiasFirst needs {self.B} positive finite slot weights, got {list(weights)}")
+            raise InvalidInput(f"DebiasFirst needs {self.B} positive finite slot weights, got {list(weights)}")
         self.weights = w
 
     def doc_weights(self, q):
@@ -256,9 +257,9 @@ class OCSFT(Objective):
     def __init__(self, B: int, view_seeds: Sequence[int], lam: float, warmup_steps: int = 0):
         super().__init__(B, view_seeds)
         if len(self.view_seeds) != 2:
-            raise ValueError(f"OC-SFT needs exactly 2 view seeds (views A and B), got {self.view_seeds}")
+            raise InvalidInput(f"OC-SFT needs exactly 2 view seeds (views A and B), got {self.view_seeds}")
         if lam < 0:
-            raise ValueError(f"OC-SFT lambda must be >= 0, got {lam}")
+            raise InvalidInput(f"OC-SFT lambda must be >= 0, got {lam}")
         self.lam = float(lam)
         self.warmup_steps = int(warmup_steps)
 
@@ -307,11 +308,11 @@ def make_objective(
         return PermAug(B, view_seeds)
     if name == "debias_first":
         if slot_weights is None:
-            raise ValueError("debias_first needs slot weights (from the training qrels)")
+            raise InvalidInput("debias_first needs slot weights (from the training qrels)")
         return DebiasFirst(B, view_seeds, slot_weights)
     if name == "oc_sft":
         return OCSFT(B, view_seeds, lam, lambda_warmup_steps)
-    raise ValueError(f"unknown objective {name!r}; expected one of {OBJECTIVES}")
+    raise InvalidInput(f"unknown objective {name!r}; expected one of {OBJECTIVES}")
 
 
 __all__ = [

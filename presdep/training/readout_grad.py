@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 import torch
 
-from presdep.scoring import GradeReadout, PromptScorer
+from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.scoring.readout import pad_batch, slot_grade_logits
 from presdep.scoring.template import PromptIds, SkeletonBuilder
 
 GRADE_VALUES = (0.0, 1.0, 2.0, 3.0)
@@ -55,8 +56,6 @@ class GradReadout:
         The scoring readout's own differentiable :func:`presdep.scoring.readout.slot_grade_logits`
         on a right-padded batch (:func:`presdep.scoring.readout.pad_batch`).
         """
-        from presdep.scoring.readout import pad_batch, slot_grade_logits
-
         lm = _causal_lm(self.model)
         device = next(self.model.parameters()).device
         ids, mask, reads, _ = pad_batch(list(built), self.pad_id, device)

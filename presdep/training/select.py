@@ -39,7 +39,9 @@ import numpy as np
 import polars as pl
 
 from presdep import __version__
-from presdep.schemas import write_text_atomic
+from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.contracts.schemas import write_text_atomic
+from presdep.contracts.selection import adapter_for  # noqa: F401  (re-exported)
 
 RULES = ("checkpoint", "one_se", "seed_mean", "fixed")
 MIN_QUALITY = 0.40  # a best held-out nDCG@10 below this is flagged
@@ -52,7 +54,7 @@ RULE_TEXT = {
 }
 
 
-class SelectionAbstained(ValueError):
+class SelectionAbstained(PresdepError, ValueError):
     """The held-out evidence does not support choosing a lambda."""
 
 
@@ -82,14 +84,14 @@ def read_run(run_dir: str | os.PathLike) -> RunEvals:
     per_query: dict[int, dict[str, float]] = {}
     for step, q, v in pl.read_parquet(path).select("step", "query_id", "ndcg10").iter_rows():
         if v is None or math.isnan(v):
-            raise ValueError(f"{path}: step {step}, query {q}: nDCG@10 is missing")
+            raise InvalidInput(f"{path}: step {step}, query {q}: nDCG@10 is missing")
         per_query.setdefault(int(step), {})[str(q)] = float(v)
     if not per_query:
-        raise ValueError(f"{path}: no held-out evaluations recorded")
+        raise InvalidInput(f"{path}: no held-out evaluations recorded")
     std = {int(k): float(v) for k, v in json.loads(done_path.read_text()).get("heldout_score_std", {}).items()}
     lacking = sorted(set(per_query) - set(std))
     if lacking:
-        raise ValueError(f"{done_path}: no held-out score spread (heldout_score_std) for steps {lacking}")
+        raise InvalidInput(f"{done_path}: no held-out score spread (heldout_score_std) for steps {lacking}")
     return RunEvals(d, per_query, std)
 
 
@@ -115,7 +117,7 @@ def one_se_decision(
     """The one-standard-error rule over one seed's lambda grid (None = the run is missing)."""
     lams = sorted(grid)
     if not lams:
-        raise ValueError("one_se: empty lambda grid")
+        raise InvalidInput("one_se: empty lambda grid")
     collapsed, missing, usable = [], [], {}
     for lam in lams:
         run = grid[lam]
@@ -176,19 +178,19 @@ def select_lambda(
 ) -> dict:
     """``runs``: [{"lambda": float, "seed": int, "dir": path}, ...]. Returns the selection record."""
     if rule not in RULES:
-        raise ValueError(f"unknown lambda rule {rule!r}; expected one of {RULES}")
+        raise InvalidInput(f"unknown lambda rule {rule!r}; expected one of {RULES}")
     if not runs:
-        raise ValueError("select_lambda needs at least one training run")
+        raise InvalidInput("select_lambda needs at least one training run")
     table: dict[int, dict[float, Path]] = {}
     for r in runs:
         seed, lam = int(r["seed"]), float(r["lambda"])
         if lam in table.setdefault(seed, {}):
-            raise ValueError(f"two runs for seed {seed}, lambda {lam}")
+            raise InvalidInput(f"two runs for seed {seed}, lambda {lam}")
         table[seed][lam] = Path(r["dir"])
     grid = sorted({lam for by in table.values() for lam in by})
     for seed, by in table.items():
         if sorted(by) != grid:
-            raise ValueError(f"seed {seed} has runs for lambdas {sorted(by)}, the grid is {grid}")
+            raise InvalidInput(f"seed {seed} has runs for lambdas {sorted(by)}, the grid is {grid}")
     seeds = sorted(table)
     chosen: dict[int, tuple[float, int, float]] = {}  # seed -> (lambda, step, value)
     extra: dict[str, Any] = {}
@@ -204,11 +206,11 @@ def select_lambda(
         best = {(seed, lam): best_checkpoint(read_run(d)) for seed in seeds for lam, d in table[seed].items()}
         if rule == "checkpoint":
             if len(grid) != 1:
-                raise ValueError(f"rule 'checkpoint' takes one lambda, the grid is {grid}")
+                raise InvalidInput(f"rule 'checkpoint' takes one lambda, the grid is {grid}")
             lam = grid[0]
         elif rule == "fixed":
             if fixed_lambda is None or float(fixed_lambda) not in grid:
-                raise ValueError(f"rule 'fixed': lambda_fixed = {fixed_lambda} is not among the trained lambdas {grid}")
+                raise InvalidInput(f"rule 'fixed': lambda_fixed = {fixed_lambda} is not among the trained lambdas {grid}")
             lam = float(fixed_lambda)
         else:  # seed_mean
             means = {lam: float(np.mean([best[(s, lam)][1] for s in seeds])) for lam in grid}
@@ -242,15 +244,6 @@ def select_lambda_files(*, runs: Sequence[Mapping[str, Any]], out_path: str | os
     rec["params"] = dict(params or {})
     write_text_atomic(out_path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
     return rec
-
-
-def adapter_for(selected_json: str | os.PathLike, seed: int) -> str:
-    """The adapter directory the selection names for a training seed."""
-    rec = json.loads(Path(selected_json).read_text())
-    try:
-        return rec["adapters"][str(int(seed))]
-    except KeyError:
-        raise KeyError(f"{selected_json}: no adapter for seed {seed}; have {sorted(rec['adapters'])}") from None
 
 
 __all__ = ["RULES", "RULE_TEXT", "MIN_QUALITY", "SelectionAbstained", "RunEvals", "read_run", "best_checkpoint",

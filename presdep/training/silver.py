@@ -1,6 +1,6 @@
 """Silver labels: teacher scores of the training queries under T shuffled presentations.
 
-docs/training.md: the teacher reads each training query under T shuffles
+docs/methods/training.md: the teacher reads each training query under T shuffles
 (t = 0..T-1); shuffle t is a Fisher-Yates permutation of the query's whole
 candidate list seeded by ``stable_seed(seed, dataset, query_id, "teacher", t)``
 (the evaluation shuffles' stable seeding, tagged ``"teacher"`` so the teacher's
@@ -25,18 +25,20 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import polars as pl
 from tqdm.auto import tqdm
 
-from presdep.presentations import chunk_positions, random_shuffle, stable_seed
-from presdep.schemas import write_table
+from presdep import scoring
+from presdep.config.records import TEACHER_KINDS, PromptSettings, Protocol, ScoringRun, Teacher, Variant, thaw
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.contracts.schemas import read_table, write_table
 from presdep.scoring.template import prepare_doc
 
 log = logging.getLogger(__name__)
 
-TEACHER_KINDS = ("open_weight", "hosted")
 # (query, docs) prompts -> per prompt a list of scores (None = failed prompt)
 PromptScorer = Callable[[Sequence[tuple[str, Sequence[str]]]], list[list[float] | None]]
 
@@ -61,7 +63,7 @@ def silver_labels(
 ) -> pl.DataFrame:
     """The ``silver`` table (query_id, doc_id, teacher, presentation, score, label_k1, label)."""
     if T < 1:
-        raise ValueError(f"T must be >= 1, got {T}")
+        raise InvalidInput(f"T must be >= 1, got {T}")
     layout: list[tuple[str, int, list[str]]] = []
     prompts: list[tuple[str, list[str]]] = []
     order = candidates.sort("query_id", "first_stage_rank")
@@ -119,16 +121,16 @@ def make_open_weight_scorer(model_dir: str | os.PathLike, *, max_doc_chars: int 
 
     No fallback: a missing backend or a model that does not load is an error naming what was asked.
     """
-    from presdep import scoring
-
     if "transformers" not in scoring.REGISTRY:
         raise RuntimeError(f"open-weight teacher on {model_dir}: the scoring package registers no 'transformers' "
                            f"scorer (registered: {sorted(scoring.REGISTRY)})")
+    # One prompt at a time through the plain readout: no chunking, BSC or calibration of its own.
+    readout = Variant.checked({"scorer": "transformers", "chunking": "contiguous", "calibration": "none", "bsc_k": 1,
+                               "bsc_ensembles": 1, "device": device, "dtype": dtype, "batch_size": int(batch_prompts)},
+                              name="teacher")
     return scoring.make_scorer(
-        {"scorer": "transformers", "model": {"source": "local", "path": str(model_dir)}, "device": device,
-         "dtype": dtype, "batch_size": int(batch_prompts)},
-        {"max_doc_chars": max_doc_chars, "B": 1, "M": 1, "seed": 0, "perturbations": [],
-         "rubric": rubric, "instruction": instruction},
+        ScoringRun(variant=readout, model={"source": "local", "path": str(model_dir)}),
+        PromptSettings(max_doc_chars=max_doc_chars, instruction=instruction, rubric=rubric),
     )
 
 
@@ -136,14 +138,9 @@ def silver_labels_files(
     *,
     candidates_path: str | os.PathLike,
     out_path: str | os.PathLike,
-    teacher: str,
-    teacher_spec: Mapping[str, Any],
+    teacher: Teacher,
     dataset: str,
-    B: int,
-    seed: int,
-    max_doc_chars: int | None,
-    rubric: str | None = None,
-    instruction: str | None = None,
+    protocol: Protocol,
     model_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     threads: int | None = None,
@@ -152,19 +149,16 @@ def silver_labels_files(
 ) -> pl.DataFrame:
     """The ``silver_labels`` job: label a training dataset's candidates with one teacher.
 
-    ``teacher_spec`` is the validated teacher entry (``kind``, ``T`` and, for a hosted
-    teacher, every endpoint setting). A hosted teacher whose failures exceed the
+    ``teacher`` is the teacher's record (its ``kind``, ``T`` and, for a hosted teacher,
+    every endpoint setting in its spec); ``protocol`` is the training dataset's (B, seed,
+    max_doc_chars, rubric, instruction). A hosted teacher whose failures exceed the
     configured shares raises :class:`presdep.training.hosted.HostedFailure` and
     writes nothing.
     """
-    from presdep.schemas import read_table
-
-    kind = teacher_spec.get("kind")
-    if kind not in TEACHER_KINDS:
-        raise ValueError(f"teacher {teacher!r}: kind {kind!r} not in {TEACHER_KINDS}")
-    if "T" not in teacher_spec:
-        raise ValueError(f"teacher {teacher!r}: no 'T' (number of teacher shuffles) in its settings")
-    T = int(teacher_spec["T"])
+    teacher_spec, kind, T = thaw(teacher.spec), teacher.kind, teacher.T
+    B, seed, max_doc_chars = protocol.B, protocol.seed, protocol.max_doc_chars
+    rubric, instruction = protocol.rubric, protocol.instruction
+    teacher = teacher.name
     candidates = read_table(candidates_path, "candidates")
     meta: dict[str, Any] = {
         "teacher": teacher, "teacher_kind": kind, "dataset": dataset, "T": T, "B": B, "seed": seed,
@@ -178,7 +172,7 @@ def silver_labels_files(
             torch.set_num_threads(int(threads))
         if scorer is None:
             if model_dir is None:
-                raise ValueError(f"open-weight teacher {teacher!r} needs model_dir")
+                raise InvalidInput(f"open-weight teacher {teacher!r} needs model_dir")
             scorer = make_open_weight_scorer(model_dir, max_doc_chars=max_doc_chars, device=teacher_spec["device"],
                                              rubric=rubric, instruction=instruction)
         run = open_weight_prompt_scorer(scorer)
@@ -191,7 +185,7 @@ def silver_labels_files(
         from presdep.training.hosted import HOSTED_OPTIONAL, HOSTED_REQUIRED, HostedGrader, failure_gate
 
         if cache_dir is None:
-            raise ValueError(f"hosted teacher {teacher!r} needs a cache_dir")
+            raise InvalidInput(f"hosted teacher {teacher!r} needs a cache_dir")
         spec = {k: teacher_spec[k] for k in HOSTED_REQUIRED + HOSTED_OPTIONAL if k in teacher_spec}
         grader = HostedGrader(spec, cache_dir, max_doc_chars=max_doc_chars, client=client)
 

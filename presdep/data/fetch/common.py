@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from presdep.data.errors import InputFormatError, json_list, json_records
-from presdep.hashing import sha256_file
-from presdep.schemas import write_text_atomic
+from presdep import __version__
+from presdep.contracts.errors import PresdepError
+from presdep.contracts.schemas import write_text_atomic
+from presdep.data.text_input import InputFormatError, json_list, json_records
+from presdep.runtime.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 
 
-class FetchError(RuntimeError):
+class FetchError(PresdepError, RuntimeError):
     """A download or a local copy could not be obtained or verified."""
 
 
@@ -67,8 +69,6 @@ class Manifest:
     notes: list = field(default_factory=list)
 
     def write(self, path: str | Path) -> Path:
-        from presdep import __version__
-
         body = {"catalogue_id": self.catalogue_id, "presdep_version": __version__, "source": self.source,
                 "version": self.version, "sha256": self.sha256, "rows": self.rows, "notes": self.notes}
         return write_text_atomic(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")

@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from presdep.data.errors import InputFormatError
 from presdep.data.fetch.common import QARecord, need, read_rows
+from presdep.data.hotpotqa import _ircot_answers
+from presdep.data.text_input import InputFormatError
 
 
 def _supporting(path, where: str, titles: list[str], facts: list[str]) -> list[bool]:
@@ -83,8 +84,6 @@ def musique_jsonl(path: str | Path) -> Iterator[QARecord]:
 
 
 def ircot_jsonl(path: str | Path) -> Iterator[QARecord]:
-    from presdep.data.hotpotqa import _ircot_answers
-
     for where, row in read_rows(path):
         need(path, where, row, ("question_id", "question_text", "answers_objects", "contexts"), "question")
         paras = []

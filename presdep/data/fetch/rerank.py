@@ -21,9 +21,14 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from presdep.data.errors import InputFormatError
+from presdep.contracts.schemas import atomic_write
+from presdep.data.beir import read_beir_qrels
+from presdep.data.corpus import beir_corpus_file, read_beir_queries
 from presdep.data.fetch.common import FetchError, RankedQuery
-from presdep.schemas import atomic_write
+from presdep.data.rank_llm import read_rank_llm_json
+from presdep.data.text_input import InputFormatError
+from presdep.data.trec import read_qrels
+from presdep.runtime.java import MIN_JAVA, anserini_autoclass, ensure_java
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +52,6 @@ def _index_dir(index: str) -> tuple[str, dict]:
     """A local index folder as is, or pyserini's prebuilt index (downloaded once into its cache)."""
     if Path(index).is_dir():
         return str(index), {"index_dir": str(index)}
-    from presdep.java import MIN_JAVA, ensure_java
-
     ensure_java(MIN_JAVA)
     from pyserini.prebuilt_index_info import TF_INDEX_INFO
     from pyserini.util import download_prebuilt_index
@@ -61,8 +64,6 @@ def _index_dir(index: str) -> tuple[str, dict]:
 
 def pyserini_topics(name: str) -> dict[str, str]:
     """pyserini's bundled topics: query id -> title (the query text)."""
-    from presdep.java import MIN_JAVA, ensure_java
-
     ensure_java(MIN_JAVA)
     from pyserini.search import get_topics
 
@@ -70,8 +71,6 @@ def pyserini_topics(name: str) -> dict[str, str]:
 
 
 def pyserini_qrels_file(name: str) -> Path:
-    from presdep.java import MIN_JAVA, ensure_java
-
     ensure_java(MIN_JAVA)
     from pyserini.search import get_qrels_file
 
@@ -79,8 +78,6 @@ def pyserini_qrels_file(name: str) -> Path:
 
 
 def read_grades(path: str | Path) -> dict[str, dict[str, int]]:
-    from presdep.data.trec import read_qrels
-
     out: dict[str, dict[str, int]] = {}
     for q, d, r in read_qrels(path).select("query_id", "doc_id", "relevance").iter_rows():
         out.setdefault(q, {})[d] = int(r)
@@ -96,9 +93,7 @@ def bm25_ranked(index: str, topics: Mapping[str, str], grades: Mapping[str, Mapp
     index_dir, version = _index_dir(index)
     # Anserini's searcher through pyjnius, as pyserini's LuceneSearcher does (importing
     # pyserini.search.lucene would import its OpenAI encoder, which needs a key at import).
-    from presdep.retrieval import _jvm
-
-    autoclass = _jvm()
+    autoclass = anserini_autoclass()
     JArrayList = autoclass("java.util.ArrayList")
     searcher = autoclass("io.anserini.search.SimpleSearcher")(index_dir)
     out = []
@@ -129,8 +124,6 @@ def bm25_ranked(index: str, topics: Mapping[str, str], grades: Mapping[str, Mapp
 
 def rank_llm_local(candidates: str | Path, qrels: str | Path) -> list[RankedQuery]:
     """A local rank_llm JSON + TREC qrels, read by the project's strict readers."""
-    from presdep.data.rank_llm import read_rank_llm_json
-
     cands = read_rank_llm_json(candidates)
     grades = read_grades(qrels)
     out = []
@@ -143,9 +136,6 @@ def rank_llm_local(candidates: str | Path, qrels: str | Path) -> list[RankedQuer
 
 def copy_beir_folder(src: str | Path, out_dir: str | Path, split: str = "test") -> dict[str, int]:
     """A BEIR folder -> ``out_dir/{corpus.jsonl,queries.jsonl,qrels/<split>.tsv}``; queries judged in the split only."""
-    from presdep.data.beir import read_beir_qrels
-    from presdep.data.corpus import beir_corpus_file, read_beir_queries
-
     src, out_dir = Path(src), Path(out_dir)
     if not src.is_dir():
         raise FetchError(f"{src}: expected a BEIR folder (corpus.jsonl[.gz], queries.jsonl, qrels/{split}.tsv)")

@@ -30,8 +30,9 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from presdep.data.errors import InputFormatError
 from presdep.data.fetch.common import RankedQuery, label_blind_id, need, read_rows
+from presdep.data.responses import read_responses
+from presdep.data.text_input import InputFormatError
 
 
 def _blind(qid: str, prompt: str, texts: Sequence[str], grades: Sequence[int]) -> RankedQuery:
@@ -89,8 +90,6 @@ def ppe(path: str | Path, k: int = 8) -> Iterator[RankedQuery]:
 
 
 def rm_bench_json(path: str | Path) -> Iterator[RankedQuery]:
-    from presdep.data.responses import read_responses
-
     cands, qrels = read_responses(path, "rm_bench_json")[:2]
     grades: dict[str, dict[str, int]] = {}
     for q, d, r in qrels.select("query_id", "doc_id", "relevance").iter_rows():

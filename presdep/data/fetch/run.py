@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from presdep.data.fetch import qa, rerank, responses
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import write_text_atomic
+from presdep.data.fetch import qa, rerank, responses, sources
 from presdep.data.fetch.common import (
     FetchError,
     Manifest,
@@ -21,7 +23,6 @@ from presdep.data.fetch.common import (
     write_ircot,
     write_ranked,
 )
-from presdep.schemas import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ def _original(entry: Mapping[str, Any], local: Mapping[str, Any] | None, downloa
     if local:
         path = Path(local["path"])
         return path, {"local_path": str(path), "sha256": sha256_paths([path])}
-    from presdep.data.fetch import sources
-
     download_dir.mkdir(parents=True, exist_ok=True)
     if source["kind"] == "hf_datasets":
         return sources.hf_rows_file(source, download_dir)
@@ -154,7 +153,7 @@ def fetch(catalogue_id: str, entry: Mapping[str, Any], out_dir: str | Path, *, l
     elif layout in ("pool_ranked", "pool_qa"):
         manifest.rows = _fetch_pool(entry, local, out_dir, download_dir, manifest)
     else:
-        raise ValueError(f"unknown layout {layout!r}")
+        raise InvalidInput(f"unknown layout {layout!r}")
     manifest.write(out_dir / "manifest.json")
     return manifest
 

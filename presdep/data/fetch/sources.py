@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from presdep.contracts.schemas import atomic_path, atomic_write
 from presdep.data.fetch.common import FetchError, verify_sha256
-from presdep.hashing import sha256_file
-from presdep.schemas import atomic_path, atomic_write
+from presdep.runtime.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 

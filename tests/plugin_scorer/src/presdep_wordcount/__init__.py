@@ -28,7 +28,8 @@ class WordCountScorer:
         return [self.score(q, d) for q, d in prompts]
 
 
-def make_wordcount(variant, protocol):
+def make_wordcount(run, prompt):
+    """The registry calls a factory with the scoring run's record and the dataset's prompt settings."""
     return WordCountScorer()
 
 

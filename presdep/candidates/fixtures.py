@@ -1,0 +1,159 @@
+"""Build a dataset's fixture (candidates + qrels Parquet) from the files its config names."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+
+from presdep.config.records import Dataset, thaw
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.presentations import random_shuffle, stable_seed
+from presdep.contracts.schemas import write_table
+from presdep.data.beir import read_beir_qrels
+from presdep.data.rank_llm import read_rank_llm_json
+from presdep.data.responses import read_responses
+from presdep.data.text_input import InputFormatError
+from presdep.data.trec import read_qrels
+
+log = logging.getLogger(__name__)
+
+
+def load_candidates(source: Mapping[str, Any], first_stage: str | Path | None = None) -> pl.DataFrame:
+    """Candidates with text, in the candidates contract, for one ``candidates:`` config entry."""
+    fmt = source.get("format")
+    if fmt == "rank_llm_json":
+        return read_rank_llm_json(source["path"])
+    if fmt in ("trec_run", "bm25"):
+        from presdep.candidates.bm25 import first_stage_candidates, read_first_stage
+        from presdep.data.trec import read_run
+
+        run = read_run(source["run"]) if fmt == "trec_run" else read_first_stage(first_stage)
+        return first_stage_candidates(run, source)
+    raise InvalidInput(f"unknown candidates format {fmt!r}; expected rank_llm_json, trec_run or bm25")
+
+
+# Candidates formats that carry their own judgements (and, for QA, gold answers).
+SELF_JUDGED = ("ircot_jsonl", "hotpotqa_json", "rm_bench_json", "responses_jsonl")
+_GOLD_SCHEMA = {"query_id": pl.String, "answer": pl.String}
+
+
+def load_self_judged(source: Mapping[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+    """(candidates, qrels, gold answers or None), in file order, for a SELF_JUDGED format."""
+    fmt = source["format"]
+    if fmt in ("ircot_jsonl", "hotpotqa_json"):
+        from presdep.data.hotpotqa import read_hotpotqa
+
+        return tuple(read_hotpotqa(source["path"], fmt))
+    return tuple(read_responses(source["path"], fmt))
+
+
+def load_qrels(source: Mapping[str, Any]) -> pl.DataFrame:
+    fmt = source.get("format")
+    if fmt == "trec":
+        return read_qrels(source["path"])
+    if fmt == "beir":
+        return read_beir_qrels(source["path"], source["split"])
+    if fmt == "irds":
+        from presdep.data.irds import load_qrels
+
+        return load_qrels(source["id"])
+    raise InvalidInput(f"unknown qrels format {fmt!r}; expected trec, beir or irds")
+
+
+def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
+    """Order by first-stage rank and refuse what cannot be scored."""
+    empty = cands.filter(pl.col("doc").str.strip_chars() == "")
+    if empty.height:
+        row = empty.row(0, named=True)
+        log.warning("%s: %d candidate(s) have empty text (first: query %s doc %s)", where, empty.height, row["query_id"], row["doc_id"])
+    ranks = cands.group_by("query_id").agg(pl.col("first_stage_rank").n_unique().alias("u"), pl.len().alias("n"))
+    bad = ranks.filter(pl.col("u") != pl.col("n"))
+    if bad.height:
+        raise InputFormatError(where, f"query {bad['query_id'][0]}", "first-stage ranks repeat within the query")
+    return cands.sort(["query_id", "first_stage_rank"])
+
+
+QUERY_SUBSET_RULE = "seeded_sample"
+
+
+def query_subset(query_ids: Sequence[str], n: int | None, *, seed: int, dataset: str) -> list[str]:
+    """The queries a dataset is evaluated on: the ONE subset rule of every format.
+
+    All distinct ids are sorted (so file order never matters), shuffled with a seed from
+    (``seed``, dataset), and the first ``n`` kept; returned sorted. Growing ``n`` keeps
+    every query an smaller ``n`` chose, so a larger run only adds queries.
+    """
+    ids = sorted(set(map(str, query_ids)))
+    if n is None or n >= len(ids):
+        return ids
+    if n < 1:
+        raise InvalidInput(f"dataset {dataset!r}: max_queries must be >= 1, got {n}")
+    return sorted(random_shuffle(ids, stable_seed(int(seed), "query_subset", dataset))[:n])
+
+
+def build_fixture(
+    record: Dataset,
+    out_candidates: str | Path,
+    out_qrels: str | Path,
+    params: Mapping[str, Any] | None = None,
+    first_stage: str | Path | None = None,
+    out_gold: str | Path | None = None,
+) -> None:
+    """Read the dataset's files, check them against each other, write the contracts
+    (candidates, qrels and, with ``out_gold``, answers_gold: empty unless the format has answers).
+
+    ``max_queries`` keeps :func:`query_subset`'s seeded sample (seed: the dataset's protocol
+    seed); the rule, its seed and the counts go into every output's metadata.
+    """
+    dataset, ds_config, seed = record.name, thaw(record.spec), record.protocol.seed
+    source = ds_config["candidates"]
+    where = str(source.get("path") or source.get("run") or first_stage or dataset)
+    gold = own_qrels = None
+    if source["format"] in SELF_JUDGED:
+        cands, own_qrels, gold = load_self_judged(source)
+        cands = check_candidates(cands, where)
+    else:
+        cands = check_candidates(load_candidates(source, first_stage), where)
+    all_queries = cands["query_id"].unique().to_list()
+    keep = query_subset(all_queries, ds_config.get("max_queries"), seed=seed, dataset=dataset)
+    cands = cands.filter(pl.col("query_id").is_in(keep))
+    subset = {"rule": QUERY_SUBSET_RULE, "seed": int(seed), "max_queries": ds_config.get("max_queries"),
+              "queries": len(keep), "of": len(all_queries)}
+    if len(keep) < len(all_queries):
+        log.info("%s: evaluating a seeded sample of %d of %d queries (seed %d)", dataset, len(keep), len(all_queries), seed)
+    if ds_config.get("qrels"):
+        qrels = load_qrels(ds_config["qrels"])
+        qrels_path = ds_config["qrels"].get("path") or ds_config["qrels"].get("id")
+    elif own_qrels is not None:
+        qrels, qrels_path = own_qrels, where
+    else:
+        raise InvalidInput(f"dataset {dataset!r}: candidates format {source.get('format')!r} needs a qrels entry")
+    known = set(cands["query_id"].unique().to_list())
+    unknown = qrels.filter(~pl.col("query_id").is_in(list(known)))
+    if unknown.height:
+        # trec_eval's convention: judgements for queries without a run are ignored. Logged.
+        log.warning(
+            "%s: %d judgement(s) for %d query id(s) without candidates are ignored (e.g. %s)",
+            qrels_path, unknown.height, unknown["query_id"].n_unique(), unknown["query_id"][0],
+        )
+        qrels = qrels.filter(pl.col("query_id").is_in(list(known)))
+    judged = set(qrels["query_id"].unique().to_list())
+    unjudged = sorted(known - judged)
+    if unjudged:
+        log.warning("%s: %d query id(s) have no judgements and get no quality metrics (e.g. %s)", qrels_path, len(unjudged), unjudged[0])
+    if qrels.height == 0:
+        raise InputFormatError(qrels_path, "whole file", f"no judgement matches a query of dataset {dataset!r}")
+    meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged),
+            "query_subset": subset}
+    write_table(cands, out_candidates, "candidates", params, **meta)
+    write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)
+    if out_gold is not None:
+        if gold is None:
+            if ds_config["task"] == "qa":
+                raise InputFormatError(where, "whole file", f"task qa needs gold answers; format {source.get('format')!r} has none")
+            gold = pl.DataFrame(schema=_GOLD_SCHEMA)
+        gold = gold.filter(pl.col("query_id").is_in(list(known)))
+        write_table(gold.sort("query_id", maintain_order=True), out_gold, "answers_gold", params, **meta)

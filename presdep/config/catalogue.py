@@ -1,0 +1,305 @@
+"""The dataset catalogue (presdep/config/catalogue.yaml): load, check, and expand config entries.
+
+A config names a catalogue entry with ``datasets: {<id>: {from_catalogue: true}}`` (or
+``{<name>: {from_catalogue: <id>}}``). :func:`expand_catalogue` turns it into an ordinary
+dataset entry whose files are the outputs of the fetch rules (rules/fetch.smk) under
+``resources/datasets/<id>/``; the closed config schema then validates it like any other.
+Settings the config gives (max_queries, B, max_doc_chars, M, instruction, rubric, role, ...)
+win over the catalogue's. Entries that are not public and have no local copy are removed
+from ``datasets`` and listed in ``skipped_datasets`` with the reason, so tables can name them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from presdep.config.records import Dataset, thaw
+from presdep.config.wildcards import alternatives
+from presdep.contracts.errors import InvalidInput, PresdepError
+
+CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
+DATASETS_DIR = "resources/datasets"
+ENTRY_KEYS = ("name", "task", "population", "source", "first_stage", "instruction", "rubric",
+              "max_doc_chars", "max_length", "B", "licence", "availability")
+SOURCE_KINDS = ("pyserini_prebuilt", "hf_datasets", "url", "irds", "user_supplied")
+AVAILABILITY = ("public", "gated", "proprietary")
+POPULATIONS = {"rerank": "rerank", "qa": "qa", "response": "response"}
+# Keys of a config entry that steer the expansion itself (all in the config schema).
+CATALOGUE_KEYS = ("from_catalogue", "local_path", "pool_split", "source")
+# What a local_path may name, per layout family.
+LOCAL_KEYS = {"ranked": ("candidates", "qrels"), "index": ("index", "topics", "qrels"), "beir": ("beir",), "file": ("path",)}
+
+
+class CatalogueError(PresdepError, ValueError):
+    """The catalogue or a config's reference to it is wrong; the message names the entry and key."""
+
+
+def load_catalogue(path: str | Path = CATALOGUE_PATH) -> dict[str, dict]:
+    """``{"datasets": {...}, "training_pools": {...}}``, every entry checked."""
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    problems = []
+    for section in ("datasets", "training_pools"):
+        if not isinstance(data.get(section), dict):
+            problems.append(f"{path}: '{section}' must be a mapping of id -> entry")
+            continue
+        for cid, entry in data[section].items():
+            problems += [f"{path}: {section}.{cid}: {p}" for p in check_entry(entry, pool=section == "training_pools")]
+    if problems:
+        raise CatalogueError("invalid catalogue:\n  " + "\n  ".join(problems))
+    return {"datasets": data["datasets"], "training_pools": data["training_pools"]}
+
+
+def check_entry(entry: Mapping[str, Any], *, pool: bool) -> list[str]:
+    if not isinstance(entry, Mapping):
+        return ["expected a mapping"]
+    out = [f"missing '{k}'" for k in ENTRY_KEYS if k not in entry]
+    if out:
+        return out
+    if entry["task"] not in POPULATIONS:
+        out.append(f"task {entry['task']!r} is not one of {list(POPULATIONS)}")
+    expected_pop = "training" if pool else POPULATIONS.get(entry["task"])
+    if entry["population"] != expected_pop:
+        out.append(f"population {entry['population']!r}, expected {expected_pop!r}")
+    src = entry["source"]
+    if src.get("kind") not in SOURCE_KINDS:
+        out.append(f"source.kind {src.get('kind')!r} is not one of {list(SOURCE_KINDS)}")
+    if "converter" not in src or "local" not in src:
+        out.append("source needs 'converter' and 'local' (what a local_path must give)")
+    if src.get("kind") == "hf_datasets" and not {"id", "split", "revision"} <= set(src):
+        out.append("source (hf_datasets) needs id, split and revision (null when not yet pinned)")
+    if src.get("kind") == "url" and not {"url", "sha256"} <= set(src):
+        out.append("source (url) needs url and sha256 (null when not yet pinned)")
+    if src.get("kind") == "pyserini_prebuilt" and not {"index", "topics", "qrels"} <= set(src):
+        out.append("source (pyserini_prebuilt) needs index, topics and qrels")
+    if entry["availability"] not in AVAILABILITY:
+        out.append(f"availability {entry['availability']!r} is not one of {list(AVAILABILITY)}")
+    elif entry["availability"] != "public" and not entry.get("supply"):
+        out.append(f"availability {entry['availability']} needs 'supply' (what the user must provide)")
+    for key in ("max_doc_chars", "max_length", "B"):
+        if not isinstance(entry[key], int) or entry[key] < 1:
+            out.append(f"{key} must be a positive integer, got {entry[key]!r}")
+    if pool and not {"n", "seed", "heldout"} <= set(entry.get("sampling") or {}):
+        out.append("a training pool needs sampling: {n, seed, heldout}")
+    return out
+
+
+def lookup(catalogue: Mapping[str, Mapping], cid: str) -> tuple[dict, bool]:
+    """(entry, is_training_pool) of a catalogue id."""
+    if cid in catalogue["datasets"]:
+        return dict(catalogue["datasets"][cid]), False
+    if cid in catalogue["training_pools"]:
+        return dict(catalogue["training_pools"][cid]), True
+    raise KeyError(cid)
+
+
+def layout(entry: Mapping[str, Any], local: Mapping[str, Any] | None, pool: bool) -> str:
+    """Which fetch rule writes the entry: pool_ranked | pool_qa | qa | beir | ranked."""
+    if pool:
+        return "pool_qa" if entry["task"] == "qa" else "pool_ranked"
+    if entry["task"] == "qa":
+        return "qa"
+    if local and "beir" in local:
+        return "beir"
+    return "ranked"
+
+
+def fetch_outputs(cid: str, kind: str) -> dict[str, str]:
+    """The files the fetch rule of ``kind`` writes for catalogue id ``cid``."""
+    d = f"{DATASETS_DIR}/{cid}"
+    if kind == "ranked":
+        return {"candidates": f"{d}/candidates.json", "qrels": f"{d}/qrels.txt", "manifest": f"{d}/manifest.json"}
+    if kind == "qa":
+        return {"questions": f"{d}/questions.jsonl", "manifest": f"{d}/manifest.json"}
+    if kind == "beir":
+        return {"corpus": f"{d}/beir/corpus.jsonl", "queries": f"{d}/beir/queries.jsonl",
+                "qrels": f"{d}/beir/qrels/test.tsv", "manifest": f"{d}/manifest.json"}
+    if kind in ("pool_ranked", "pool_qa"):
+        out = {"manifest": f"{d}/manifest.json"}
+        for split in ("train", "dev", "heldout"):
+            if kind == "pool_qa":
+                out[f"{split}_questions"] = f"{d}/{split}/questions.jsonl"
+            else:
+                out[f"{split}_candidates"] = f"{d}/{split}/candidates.json"
+                out[f"{split}_qrels"] = f"{d}/{split}/qrels.txt"
+        return out
+    raise InvalidInput(f"unknown fetch layout {kind!r}")
+
+
+def _local(name: str, entry: Mapping[str, Any], value: Any) -> dict | None:
+    """A config's local_path as a mapping (a plain string is the one file or folder the entry takes)."""
+    if value is None:
+        return None
+    wanted = entry["source"]["local"]
+    if isinstance(value, str):
+        if list(wanted) == ["beir"]:
+            return {"beir": value}
+        if list(wanted) == ["path"]:
+            return {"path": value}
+        raise CatalogueError(f"datasets.{name}.local_path: give a mapping with {sorted(wanted)} "
+                             f"(or {{index, topics, qrels}} for a local Lucene index)")
+    local = dict(value)
+    allowed = [set(wanted)] + ([set(LOCAL_KEYS["index"])] if entry["task"] == "rerank" else [])
+    if set(local) not in allowed:
+        raise CatalogueError(f"datasets.{name}.local_path: keys {sorted(local)}; expected {sorted(wanted)}"
+                             + (" or {index, topics, qrels}" if entry["task"] == "rerank" else ""))
+    return local
+
+
+def _missing(local: Mapping[str, Any]) -> list[str]:
+    return [str(p) for p in local.values() if not Path(p).exists()]
+
+
+def skip_reason(entry: Mapping[str, Any], local: Mapping[str, Any] | None) -> str | None:
+    """Why a non-public entry cannot run here (None when it can, or when it is public)."""
+    if entry["availability"] == "public":
+        return None
+    supply = " ".join(str(entry.get("supply", "")).split())
+    if local is None:
+        return f"{entry['availability']}, not distributed; supply: {supply}"
+    missing = _missing(local)
+    if missing:
+        return f"{entry['availability']}; local_path files absent: {', '.join(missing)}; supply: {supply}"
+    return None
+
+
+def _expanded(cid: str, entry: Mapping[str, Any], kind: str, split: str | None) -> dict:
+    out: dict[str, Any] = {
+        "task": entry["task"], "B": entry["B"], "max_doc_chars": entry["max_doc_chars"],
+        "instruction": entry["instruction"], "rubric": entry["rubric"],
+    }
+    d = f"{DATASETS_DIR}/{cid}" + (f"/{split}" if split else "")
+    if kind == "beir":
+        fs = entry["first_stage"]
+        out["candidates"] = {"format": "bm25", "index": cid, "k": fs["k"], "k1": fs["k1"], "b": fs["b"],
+                             "corpus": {"format": "beir", "path": f"{d}/beir/corpus.jsonl"},
+                             "topics": {"format": "beir", "path": f"{d}/beir/queries.jsonl"}}
+        out["qrels"] = {"format": "beir", "path": f"{d}/beir/qrels/test.tsv"}
+    elif entry["task"] == "qa":
+        out["candidates"] = {"format": "ircot_jsonl", "path": f"{d}/questions.jsonl"}
+    else:
+        out["candidates"] = {"format": "rank_llm_json", "path": f"{d}/candidates.json"}
+        out["qrels"] = {"format": "trec", "path": f"{d}/qrels.txt"}
+    return out
+
+
+def _irds_expanded(entry: Mapping[str, Any], alt: Mapping[str, Any]) -> dict:
+    """The ir_datasets alternative: our own Lucene index over the irds corpus (rules/retrieval.smk),
+    one index per corpus (DL19 and DL20 share msmarco-passage), the catalogue's BM25 settings."""
+    fs = entry["first_stage"]
+    return {"task": entry["task"], "B": entry["B"], "max_doc_chars": entry["max_doc_chars"],
+            "instruction": entry["instruction"], "rubric": entry["rubric"],
+            "candidates": {"format": "bm25", "index": alt["corpus"].replace("/", "_"), "k": fs["k"], "k1": fs["k1"],
+                           "b": fs["b"], "corpus": {"format": "irds", "id": alt["corpus"]},
+                           "topics": {"format": "irds", "id": alt["id"]}},
+            "qrels": {"format": "irds", "id": alt["id"]}}
+
+
+def _already_expanded(spec: Mapping[str, Any]) -> bool:
+    return isinstance(spec.get("from_catalogue"), str) and "candidates" in spec
+
+
+def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping] | None = None) -> dict:
+    """A copy of ``config`` with every ``from_catalogue`` dataset expanded (or moved to skipped_datasets)."""
+    config = copy.deepcopy(dict(config))
+    datasets = config.get("datasets")
+    if not isinstance(datasets, dict) or not any(
+            isinstance(s, dict) and s.get("from_catalogue") and not _already_expanded(s) for s in datasets.values()):
+        return config
+    catalogue = catalogue or load_catalogue()
+    skipped = dict(config.get("skipped_datasets") or {})
+    out: dict[str, Any] = {}
+    locals_by_id: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, spec in datasets.items():
+        if not (isinstance(spec, dict) and spec.get("from_catalogue")) or _already_expanded(spec):
+            out[name] = spec
+            continue
+        cid = name if spec["from_catalogue"] is True else str(spec["from_catalogue"])
+        try:
+            entry, pool = lookup(catalogue, cid)
+        except KeyError:
+            ids = sorted([*catalogue["datasets"], *catalogue["training_pools"]])
+            problems.append(f"datasets.{name}.from_catalogue: {cid!r} is not a catalogue id ({', '.join(ids)})")
+            continue
+        clash = [k for k in ("candidates", "qrels", "task") if k in spec]
+        if clash:
+            problems.append(f"datasets.{name}: {clash} come from the catalogue entry {cid!r}; remove them "
+                            "(or declare the files directly without from_catalogue)")
+            continue
+        try:
+            local = _local(name, entry, spec.get("local_path"))
+        except CatalogueError as exc:
+            problems.append(str(exc))
+            continue
+        if locals_by_id.setdefault(cid, local) != local:
+            problems.append(f"datasets.{name}.local_path: catalogue id {cid!r} is used twice with different local paths")
+            continue
+        reason = skip_reason(entry, local)
+        if reason:
+            skipped[name] = reason
+            continue
+        if local and entry["availability"] == "public" and _missing(local):
+            problems.append(f"datasets.{name}.local_path: not found: {', '.join(_missing(local))}")
+            continue
+        split = None
+        if pool:
+            split = spec.get("pool_split") or ("heldout" if spec.get("role") == "heldout" else "train")
+        elif "pool_split" in spec:
+            problems.append(f"datasets.{name}.pool_split: only training pools have splits; {cid!r} is a dataset")
+            continue
+        kind = layout(entry, local, pool)
+        if spec.get("source") == "irds":
+            alt = entry["source"].get("alternative")
+            if not alt or alt.get("kind") != "irds" or local is not None:
+                problems.append(f"datasets.{name}.source: irds needs a catalogue entry with an ir_datasets "
+                                f"alternative and no local_path ({cid!r} has {alt or 'none'})")
+                continue
+            expanded = _irds_expanded(entry, alt)
+        else:
+            expanded = _expanded(cid, entry, "beir" if kind == "beir" else "ranked_or_qa", split)
+        if pool:
+            expanded["role"] = "train" if split == "train" else "heldout"
+        expanded.update({k: v for k, v in spec.items() if k not in ("from_catalogue", "local_path")})
+        expanded["from_catalogue"] = cid
+        if local is not None:
+            expanded["local_path"] = local
+        out[name] = expanded
+    if problems:
+        from presdep.contracts.errors import ConfigError
+
+        raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
+    config["datasets"] = out
+    config["skipped_datasets"] = skipped
+    return config
+
+
+def fetch_jobs(datasets: Mapping[str, Dataset], catalogue: Mapping[str, Mapping] | None = None) -> dict[str, dict]:
+    """Catalogue id -> {layout, entry, local} for the dataset records of a validated config (plain data:
+    each job is a rule's params)."""
+    catalogue = catalogue or load_catalogue()
+    jobs: dict[str, dict] = {}
+    for dataset in datasets.values():
+        spec = dataset.spec
+        cid = spec.get("from_catalogue")
+        if not isinstance(cid, str) or spec.get("source") == "irds":  # irds: rules/retrieval.smk does the work
+            continue
+        entry, pool = lookup(catalogue, cid)
+        local = thaw(spec.get("local_path"))
+        jobs[cid] = {"layout": layout(entry, local, pool), "entry": entry, "local": local}
+    return jobs
+
+
+def fetch_ids(jobs: Mapping[str, Mapping[str, Any]], *kinds: str) -> str:
+    """A wildcard constraint matching the catalogue ids fetched with one of ``kinds`` (nothing if none)."""
+    return alternatives(cid for cid, job in jobs.items() if job["layout"] in kinds)
+
+
+def fetch_local_inputs(jobs: Mapping[str, Mapping[str, Any]], cid: str) -> list[str]:
+    """The local original files a fetch reads (so the workflow tracks them)."""
+    return sorted(str(p) for p in (jobs[cid]["local"] or {}).values())

@@ -1,0 +1,205 @@
+"""Loading the workflow config: YAML, the closed schema with its defaults, the checks of references.
+
+Snakemake merges a ``--configfile`` recursively into the embedded default; for
+``datasets`` and ``variants`` that would ADD a user's entries to the default's, so
+:func:`apply_replacing_sections` lets a user file's sections replace them.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import jsonschema
+
+from presdep.config.catalogue import expand_catalogue
+from presdep.config.records import WorkflowConfig
+from presdep.config.schema_enums import SCHEMA_PATH
+from presdep.config.scorers import variant_problems
+from presdep.config.yaml_io import load_yaml
+from presdep.contracts.errors import ConfigError
+
+# Sections that a --configfile replaces wholesale instead of merging into.
+REPLACING_SECTIONS = ("datasets", "variants", "synthetic", "synthetic_tasks")
+# Key names that would hold a secret: refused with a pointer to api_key_env.
+_SECRET_NAMES = ("api_key", "key", "token", "authorization", "password", "secret")
+
+
+def apply_replacing_sections(config: dict, user_files: Iterable[str | Path]) -> dict:
+    """Let the sections of user config files replace (not extend) the embedded default's.
+
+    Later files win, as with Snakemake's own merge. Keys other than
+    :data:`REPLACING_SECTIONS` keep Snakemake's recursive merge.
+    """
+    config = copy.deepcopy(config)
+    replaced: dict[str, dict] = {}
+    for path in user_files:
+        data = load_yaml(path)
+        for key in REPLACING_SECTIONS:
+            if key in data:
+                replaced[key] = copy.deepcopy(data[key] or {})
+        # The default's Figure 1 example names the default's variants and datasets: it
+        # cannot outlive them, so a file that replaces either must name its own (or none).
+        if ("datasets" in data or "variants" in data) and "figure1" not in data:
+            config.pop("figure1", None)
+    config.update(replaced)
+    return config
+
+
+# ----------------------------------------------------------------- validation
+
+
+def _defaults_validator(base=jsonschema.Draft202012Validator):
+    """``base`` extended to fill each property's ``default`` as it validates (jsonschema's recipe)."""
+    validate_properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(base, {"properties": set_defaults})
+
+
+def _yaml_path(parts: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in parts) or "(top level)"
+
+
+def _known_keys(schema: Mapping[str, Any], root: Mapping[str, Any]) -> list[str]:
+    """Property names an object schema admits, following local $ref and allOf."""
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if not ref.startswith("#/"):
+            return []
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target[part]
+        return _known_keys(target, root)
+    keys = list(schema.get("properties", {}))
+    for sub in schema.get("allOf", []):
+        keys += _known_keys(sub, root)
+    return keys
+
+
+def _unknown_key_messages(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> list[str]:
+    known = _known_keys(error.schema, root)
+    where = list(error.absolute_path)
+    out = []
+    for key in sorted(k for k in error.instance if k not in known):
+        path = _yaml_path([*where, key])
+        if str(key).lower() in _SECRET_NAMES:
+            out.append(f"{path}: a secret never goes in the config; name the environment variable "
+                       f"that holds it in 'api_key_env'")
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(sorted(known))}"
+        out.append(f"{path}: unknown key; {hint}")
+    return out
+
+
+def _messages(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> Iterator[str]:
+    if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(error.instance, dict):
+        yield from _unknown_key_messages(error, root)
+    elif error.context and error.validator in ("oneOf", "anyOf"):
+        # The branch that got furthest says most about what was meant.
+        best = jsonschema.exceptions.best_match(error.context)
+        yield f"{_yaml_path(error.absolute_path)}: {best.message}"
+    else:
+        yield f"{_yaml_path(error.absolute_path)}: {error.message}"
+
+
+def validate_config(config: Mapping[str, Any], schema_path: str | Path) -> dict:
+    """A deep copy of ``config`` with every schema default filled in; :class:`ConfigError` otherwise.
+
+    All problems are reported at once, each on its own line and named by YAML path
+    (``datasets.dl19.candidates.fromat: unknown key; did you mean 'format'?``).
+    """
+    schema = load_yaml(schema_path)
+    filled = copy.deepcopy(dict(config))
+    validator = _defaults_validator()(schema)
+    problems: list[str] = []
+    for error in sorted(validator.iter_errors(filled), key=lambda e: [str(p) for p in e.absolute_path]):
+        problems += [m for m in _messages(error, schema) if m not in problems]
+    if problems:
+        raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
+    _check_references(filled)
+    return filled
+
+
+def _check_references(config: Mapping[str, Any]) -> None:
+    """Names that point at other entries must exist (the schema cannot say so)."""
+    models, datasets, teachers = config["models"], config["datasets"], config["teachers"]
+    problems = []
+    for name, v in config["variants"].items():
+        if v.get("model") is not None and v["model"] not in models:
+            problems.append(f"variants.{name}.model: {v['model']!r} is not a key of models ({sorted(models)})")
+        student = v.get("student")
+        if student:
+            if student["teacher"] not in teachers:
+                problems.append(f"variants.{name}.student.teacher: {student['teacher']!r} is not a key of teachers")
+            for role in ("train", "heldout"):
+                ds = student[role]
+                if ds not in datasets:
+                    problems.append(f"variants.{name}.student.{role}: {ds!r} is not a key of datasets")
+                elif datasets[ds]["role"] != role:
+                    problems.append(f"variants.{name}.student.{role}: dataset {ds!r} has role "
+                                    f"{datasets[ds]['role']!r}, expected {role!r}")
+    # Each variant against its scorer's capability record (built-in or plug-in).
+    eval_tasks = sorted({d["task"] for d in datasets.values() if d["role"] == "eval"})
+    for name, v in config["variants"].items():
+        problems.extend(variant_problems(name, v, config["variants"], eval_tasks))
+    for name, t in teachers.items():
+        if t["kind"] == "open_weight" and t["model"] not in models:
+            problems.append(f"teachers.{name}.model: {t['model']!r} is not a key of models ({sorted(models)})")
+        if t["kind"] == "hosted" and t["provider"] == "openai" and "base_url" not in t and not t.get("skip"):
+            problems.append(f"teachers.{name}: a hosted teacher needs base_url")
+    reader = config["reader"]
+    if reader.get("model") is not None and reader["model"] not in models:
+        problems.append(f"reader.model: {reader['model']!r} is not a key of models ({sorted(models)})")
+    qa = [d for d, spec in datasets.items() if spec["task"] == "qa"]
+    if qa and reader.get("model") is None:
+        problems.append(f"reader.model: QA datasets {qa} need a frozen reader (a key of models)")
+    if problems:
+        raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
+
+
+def load_workflow_config(config: Mapping[str, Any], schema_path: str | Path) -> tuple[dict, WorkflowConfig]:
+    """Expand catalogue datasets, validate (filling defaults) and build the records: (filled plain dict, records)."""
+    filled = validate_config(expand_catalogue(config), schema_path)
+    return filled, WorkflowConfig.from_validated(filled)
+
+
+def schema_defaults(schema_path: str | Path) -> dict[str, Any]:
+    """Every default the schema declares, keyed by its YAML path (``*`` for any entry's name)."""
+    schema = load_yaml(schema_path)
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, path: list[str]) -> None:
+        if not isinstance(node, dict):
+            return
+        if "$ref" in node and str(node["$ref"]).startswith("#/"):
+            target: Any = schema
+            for part in node["$ref"][2:].split("/"):
+                target = target[part]
+            walk(target, path)
+        for name, sub in node.get("properties", {}).items():
+            if isinstance(sub, dict) and "default" in sub:
+                out[_yaml_path([*path, name])] = sub["default"]
+            walk(sub, [*path, name])
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], [*path, "*"])
+        for sub in node.get("allOf", []):
+            walk(sub, path)
+
+    walk(schema, [])
+    return out
+
+
+def hosted_defaults(schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The defaults of ``$defs.hosted_settings``: how a hosted endpoint is called unless told otherwise."""
+    props = load_yaml(schema_path)["$defs"]["hosted_settings"]["properties"]
+    return {k: copy.deepcopy(v["default"]) for k, v in props.items() if "default" in v}

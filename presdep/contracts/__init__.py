@@ -1,0 +1,1 @@
+"""What every stage agrees on: Parquet schemas, column names, presentations, views, errors."""

@@ -1,0 +1,68 @@
+"""Reading user text files line by line (JSONL, JSON lists), errors naming the file and the line or entry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from presdep.contracts.errors import InputFormatError  # noqa: F401  (re-exported)
+
+
+def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, line without newline), decoding strictly as UTF-8.
+
+    Decoding line by line lets a non-UTF-8 byte be reported with its line number
+    instead of a bare UnicodeDecodeError from deep inside a reader.
+    """
+    path = Path(path)
+    opener = _open_binary(path)
+    with opener as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputFormatError(
+                    path, f"line {number}", f"not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})"
+                ) from None
+            yield number, line.rstrip("\r\n")
+
+
+def _open_binary(path: Path):
+    if not path.exists():
+        raise FileNotFoundError(f"input file not found: {path}")
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_text(path: str | Path) -> str:
+    """Whole file as UTF-8 text; a bad byte is reported with its line number."""
+    return "\n".join(line for _, line in text_lines(path))
+
+
+def json_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; anything but a JSON object is an error."""
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputFormatError(path, f"line {number}", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputFormatError(path, f"line {number}", f"expected a JSON object, got {type(obj).__name__}")
+        yield number, obj
+
+
+def json_list(path: str | Path, expected: str) -> list[Any]:
+    """A whole-file JSON document that must be a list (``expected`` says of what, for the error)."""
+    try:
+        entries = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
+    if not isinstance(entries, list):
+        raise InputFormatError(path, "top level", f"expected a JSON list of {expected}")
+    return entries

@@ -1,0 +1,1 @@
+"""Table 1, Figure 1, the bootstrap stability analysis and its reports."""

@@ -1,0 +1,145 @@
+"""``presdep stability`` and ``presdep export-report``: the bootstrap outside the workflow.
+
+``register(subparsers)`` adds both sub-commands to an argparse sub-parser set; each
+sets ``func`` to a callable taking the parsed namespace and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from presdep import __version__
+from presdep.contracts.columns import TABLE1_COLUMNS
+from presdep.contracts.errors import SchemaError
+from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from presdep.report.errors import ReportError, StabilityError
+from presdep.report.metric_columns import column_values
+from presdep.report.run_reports import export_report
+from presdep.report.stability_analysis import analyse_column
+from presdep.report.stability_io import analyse_reports, read_metrics, write_stability_json
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "stability",
+        help="paired bootstrap rank intervals of a leaderboard column",
+        description="Paired (hierarchical) bootstrap over queries: rank intervals, P(first), "
+        "pairwise P(A better than B). REPORT = metrics Parquet files or JSON run reports.",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT", type=Path)
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
+    p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                   help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})")
+    p.add_argument("--svg", type=Path, help="write the rank-distribution figure here (1200x630 SVG)")
+    p.add_argument("--json", type=Path, help="write the full result here")
+    p.add_argument("--column", help="Table 1 column (metrics input; required when several have data) "
+                   "or a label (report input)")
+    p.add_argument("--lower-is-better", action="store_true",
+                   help="rank ascending (report input; metrics columns know their direction)")
+    p.add_argument("--presentations", type=Path,
+                   help="Parquet with variant, seed, query_id, presentation, value: ranks per presentation")
+    p.set_defaults(func=run_stability)
+
+    e = subparsers.add_parser(
+        "export-report",
+        help="write a Table 1 column's per-query metrics as JSON run reports",
+        description="One JSON run report per variant and seed: {model, seed, tasks: [{id, dataset, score}]}.",
+    )
+    e.add_argument("metrics", nargs="+", type=Path, metavar="METRICS.parquet")
+    e.add_argument("--column", required=True, choices=list(TABLE1_COLUMNS))
+    e.add_argument("--out", required=True, type=Path, help="output directory")
+    e.set_defaults(func=run_export_report)
+
+
+def _kind(paths: list[Path]) -> str:
+    kinds = {".parquet": "metrics", ".json": "reports"}
+    found = {}
+    for p in paths:
+        k = kinds.get(p.suffix.lower())
+        if k is None:
+            raise StabilityError(f"{p}: expected a metrics .parquet file or a JSON run report (.json)")
+        found.setdefault(k, p)
+    if len(found) > 1:
+        raise StabilityError(f"do not mix metrics Parquet ({found['metrics']}) and JSON reports ({found['reports']})")
+    return next(iter(found))
+
+
+def _analyse(args: argparse.Namespace) -> tuple[str, dict]:
+    per_pres = None
+    if args.presentations is not None:
+        per_pres = pl.read_parquet(args.presentations)
+    if _kind(args.reports) == "metrics":
+        metrics = read_metrics(args.reports)
+        column = args.column
+        if column is None:
+            with_data = [c for c in TABLE1_COLUMNS if column_values(metrics, c).height]
+            if len(with_data) != 1:
+                raise StabilityError(
+                    f"choose a column with --column; Table 1 columns with per-query rows: {with_data or 'none'}"
+                )
+            column = with_data[0]
+        if column not in TABLE1_COLUMNS:
+            raise StabilityError(f"--column {column!r} is not a Table 1 column: {list(TABLE1_COLUMNS)}")
+        if args.lower_is_better and TABLE1_COLUMNS[column].direction != "lower":
+            raise StabilityError(f"--lower-is-better contradicts column {column!r}, where higher is better")
+        res = analyse_column(metrics, column, resamples=args.resamples, seed=args.seed,
+                             per_presentation=per_pres, where=", ".join(map(str, args.reports)))
+        return column, res
+    label = args.column or "report"
+    res = analyse_reports(args.reports, resamples=args.resamples, seed=args.seed,
+                          lower_is_better=args.lower_is_better or None, label=label, per_presentation=per_pres)
+    return label, res
+
+
+def _summary(label: str, res: dict) -> str:
+    lines = [f"{label} ({res['direction']} is better): {res['sharedItems']} shared items, "
+             f"{res['resamples']} resamples, seed {res['seed']}, mean Kendall tau-b "
+             f"{'n/a' if res['meanKendallTau'] is None else format(res['meanKendallTau'], '.3f')}"]
+    width = max(len(v) for v in res["variants"])
+    lines.append(f"{'variant':<{width}}  rank  95% rank   mean    95% interval       P(first)")
+    for v in res["variants"]:
+        lo, hi = res["meanInterval95"][v]
+        rlo, rhi = res["rankInterval95"][v]
+        lines.append(f"{v:<{width}}  {res['rank'][v]:4g}  [{rlo:g}, {rhi:g}]  {res['mean'][v]:.4f}  "
+                     f"[{lo:.4f}, {hi:.4f}]  {res['probabilityFirst'][v]:.3f}")
+    ps = res.get("promptSensitivity")
+    if ps:
+        lines.append(f"rank per prompt variant ({', '.join(ps['promptVariants'])}):")
+        for v in res["variants"]:
+            ranks = " ".join(f"{ps['ranks'][v][p]:g}" for p in ps["promptVariants"])
+            lo, hi = ps["rankRange"][v]
+            lines.append(f"{v:<{width}}  {ranks}  (range {lo:g}-{hi:g})")
+    return "\n".join(lines)
+
+
+def run_stability(args: argparse.Namespace) -> int:
+    from presdep.report.stability_svg import write_stability_svg  # matplotlib only when drawing
+
+    try:
+        label, res = _analyse(args)
+    except (StabilityError, ReportError, SchemaError, FileNotFoundError) as exc:
+        print(f"presdep stability: error: {exc}", file=sys.stderr)
+        return 2
+    for w in res["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(_summary(label, res))
+    if args.json is not None:
+        write_stability_json({"presdepVersion": __version__, "columns": {label: res}, "skipped": {}}, args.json)
+    if args.svg is not None:
+        write_stability_svg(res, args.svg)
+    return 0
+
+
+def run_export_report(args: argparse.Namespace) -> int:
+    try:
+        paths = export_report(read_metrics(args.metrics), args.column, args.out)
+    except (StabilityError, ReportError, SchemaError, FileNotFoundError) as exc:
+        print(f"presdep export-report: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(paths)} report(s) to {args.out}")
+    return 0

@@ -1,0 +1,116 @@
+"""SVG of one column's bootstrap: each variant's rank distribution and 95% rank interval.
+
+1200 x 630 pixels (figsize 12 x 6.3 at dpi 100); matplotlib writes sizes in points,
+so the root element's width/height are rewritten to pixels (the viewBox keeps the
+drawing's own units, so it scales exactly).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import presdep.runtime.mplconfig  # noqa: F401 - before matplotlib: no font cache in the user's home
+from presdep.contracts.errors import InvalidInput
+
+# isort: split
+import matplotlib
+
+matplotlib.use("Agg")  # never needs a display; must precede any pyplot import elsewhere
+
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+from presdep.contracts.schemas import write_text_atomic
+
+WIDTH_PX, HEIGHT_PX = 1200, 630
+_DPI = 100
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def stability_figure(result: Mapping[str, Any], title: str | None = None) -> Figure:
+    """The figure for one column's result dict (as returned by ``paired_bootstrap``)."""
+    variants = list(result["variants"])
+    n = len(variants)
+    fig = Figure(figsize=(WIDTH_PX / _DPI, HEIGHT_PX / _DPI), dpi=_DPI)
+    FigureCanvasSVG(fig)
+    ax = fig.add_axes((0.20, 0.16, 0.52, 0.69))
+    # Heights relative to the largest probability in the plot, so flat distributions stay visible.
+    top = max((p for v in variants for p in result["rankDistribution"][v].values()), default=1.0) or 1.0
+    for y, v in enumerate(variants):
+        dist = result["rankDistribution"][v]
+        ranks = [float(r) for r in dist]
+        probs = [dist[r] for r in dist]
+        base = y + 0.38  # the y axis is inverted (best on top): negative heights grow upward
+        ax.bar(ranks, [-0.75 * p / top for p in probs], width=0.8, bottom=base,
+               color="#4c72b0", alpha=0.8, zorder=2, label="P(rank)" if y == 0 else None)
+        lo, hi = result["rankInterval95"][v]
+        ax.plot([lo, hi], [base, base], color="#c44e52", linewidth=3, zorder=3,
+                solid_capstyle="butt", label="95% rank interval" if y == 0 else None)
+        ax.plot([result["rank"][v]], [base], marker="D", color="black", markersize=6, zorder=4,
+                label="full-sample rank" if y == 0 else None)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(variants)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0.5, max(n, 1) + 0.5)
+    ax.set_xticks(range(1, n + 1))
+    ax.set_xlabel("rank (1 = best); bar height proportional to the bootstrap probability of that rank")
+    ax.set_ylabel("variant")
+    ax.grid(axis="x", color="#dddddd", zorder=0)
+    fig.legend(loc="lower left", fontsize=9, frameon=False, bbox_to_anchor=(0.735, 0.0))
+
+    # A side table with the numbers the bars summarise.
+    fig.text(0.74, 0.865, "mean [95% interval]     P(first)", fontsize=9, weight="bold")
+    for y, v in enumerate(variants):
+        lo, hi = result["meanInterval95"][v]
+        yy = ax.transData.transform((0, y))[1] / fig.bbox.height
+        fig.text(0.74, yy, f"{_fmt(result['mean'][v])} [{_fmt(lo)}, {_fmt(hi)}]   {_fmt(result['probabilityFirst'][v])}",
+                 fontsize=9, va="center", family="monospace")
+
+    column = result.get("column", "column")
+    direction = result.get("direction")
+    better = {"higher": "higher is better", "lower": "lower is better"}.get(direction, "")
+    metric = result.get("metric")
+    head = title or f"{column}: leaderboard stability"
+    fig.suptitle(head, fontsize=15, weight="bold", y=0.975)
+    sub = ", ".join(x for x in [
+        f"metric {metric}" if metric else "", better,
+        f"{result['resamples']} paired bootstrap resamples (seed {result['seed']})",
+        f"{result['sharedItems']} shared items",
+        f"mean Kendall tau-b {_fmt(result['meanKendallTau'])}",
+    ] if x)
+    fig.text(0.5, 0.905, sub, ha="center", fontsize=10)
+    for i, w in enumerate(result.get("warnings") or []):
+        fig.text(0.01, 0.012 + 0.025 * i, "warning: " + w, fontsize=8, color="#8b0000")
+    return fig
+
+
+def render_stability_svg(result: Mapping[str, Any], title: str | None = None) -> str:
+    """The SVG text (1200 x 630 px) for one column's result dict."""
+    fig = stability_figure(result, title)
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "presdep", "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return _pixel_size(buf.getvalue())
+
+
+def _pixel_size(svg: str) -> str:
+    """Rewrite the root <svg> width/height (points) to pixels; keep the viewBox."""
+    m = re.search(r"<svg\b[^>]*>", svg)
+    if m is None:
+        raise InvalidInput("matplotlib produced no <svg> root element")
+    tag = m.group(0)
+    new = re.sub(r'\bwidth="[^"]*"', f'width="{WIDTH_PX}px"', tag, count=1)
+    new = re.sub(r'\bheight="[^"]*"', f'height="{HEIGHT_PX}px"', new, count=1)
+    return svg[: m.start()] + new + svg[m.end():]
+
+
+def write_stability_svg(result: Mapping[str, Any], path: str | os.PathLike, title: str | None = None) -> Path:
+    return write_text_atomic(Path(path), render_stability_svg(result, title))

@@ -1,0 +1,282 @@
+"""The paper's Table 1 from metrics files: means over queries, then datasets, then seeds.
+
+Each cell = mean over datasets of the per-dataset means over queries (within a
+training seed), then the mean over seeds (trained rows). Besides the nine
+headline columns the CSV carries the tie-aware ``*_tau_psi_b`` columns; the
+counts file says, per cell, where it comes from, how many queries, datasets and
+seeds it averages, the scoring passes per query it cost, and any
+degenerate-threshold warning. ``results/bsc_curve.csv`` (its own rule, ``bsc_curve``)
+holds BSC's K-curve.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import polars as pl
+
+from presdep.config.records import Variant
+from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import read_table, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+# Tie-aware tau-PSI beside the paper's (headline) strict tau-a form: in the CSV, not the bootstrap.
+EXTRA_COLUMNS: dict[str, Table1Column] = {
+    "rerank_tau_psi_b": Table1Column("rerank", "tau_psi_b", "random_shuffle", "lower"),
+    "qa_tau_psi_b": Table1Column("qa", "tau_psi_b", "random_shuffle", "lower"),
+    "resp_tau_psi_b": Table1Column("response", "tau_psi_b", "random_shuffle", "lower"),
+}
+ALL_COLUMNS: dict[str, Table1Column] = {**TABLE1_COLUMNS, **EXTRA_COLUMNS}
+TITLES = {**COLUMN_TITLES, "rerank_tau_psi": "tau-PSI (tau-a)", "qa_tau_psi": "QA tau-PSI (tau-a)",
+          "resp_tau_psi": "Resp tau-PSI (tau-a)", "rerank_tau_psi_b": "tau-PSI-b",
+          "qa_tau_psi_b": "QA tau-PSI-b", "resp_tau_psi_b": "Resp tau-PSI-b"}
+
+_TAU_A = "headline: strict rankings (ties by presented position), Kendall tau-a over all M(M-1)/2 shuffle pairs"
+_TAU_B = "not the headline: Kendall tau-b on raw scores (ties kept) over all shuffle pairs"
+_QUALITY = "first-stage pass (K = 1; BSC: ensemble 0's BSC scores), ties by presented position"
+SOURCES = {
+    "rerank_ndcg10": _QUALITY,
+    "rerank_tau_psi": _TAU_A,
+    "rerank_jaccard": "test half of the 50/50 query split at t* tuned on the development half (shuffle 0); "
+                      "mean pairwise Jaccard over the M shuffles",
+    "qa_ndcg10": _QUALITY,
+    "qa_tau_psi": _TAU_A,
+    "qa_answer_flip": "reader on each shuffle's top-k paragraphs in score order; (M - modal count) / M",
+    "resp_ndcg1": _QUALITY,
+    "resp_tau_psi": _TAU_A,
+    "resp_pair_flip": "(top, bottom) per shuffle, ties by (-score, response id ascending); 1 - modal count / M",
+    "rerank_tau_psi_b": _TAU_B,
+    "qa_tau_psi_b": _TAU_B,
+    "resp_tau_psi_b": _TAU_B,
+}
+_WARNINGS = {
+    "warn_threshold_keeps_all": "t* keeps every candidate",
+    "warn_threshold_keeps_none": "t* keeps no candidate",
+    "warn_single_presentation": "queries with fewer than two presentations",
+    "warn_queries_without_relevant": "queries without a relevant document in the pool",
+}
+
+
+def load_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
+    frames = [read_table(p, "metrics") for p in paths]
+    if not frames:
+        raise InvalidInput("no metrics files given")
+    return pl.concat(frames, how="vertical")
+
+
+def cell_values(metrics: pl.DataFrame, columns: Mapping[str, Table1Column] = ALL_COLUMNS) -> pl.DataFrame:
+    """One value and its counts per (variant, column).
+
+    Aggregate rows (query_id null) already hold the mean over a dataset's queries.
+    Datasets are averaged within each seed, then seeds are averaged.
+    """
+    out = []
+    for column, (task, metric, perturbation, _) in columns.items():
+        per_query = metrics.filter(
+            (pl.col("task") == task) & (pl.col("metric") == metric) & (pl.col("perturbation") == perturbation)
+        )
+        agg = per_query.filter(pl.col("query_id").is_null() & pl.col("value").is_not_null())
+        if agg.height == 0:
+            continue
+        n_queries = (
+            per_query.filter(pl.col("query_id").is_not_null() & pl.col("value").is_not_null())
+            .group_by("variant", "dataset")
+            .agg(pl.col("query_id").n_unique().alias("q"))
+            .group_by("variant")
+            .agg(pl.col("q").sum().alias("queries"))
+        )
+        seeded = agg.with_columns(pl.col("seed").fill_null(-1))
+        by_seed = seeded.group_by("variant", "seed").agg(
+            pl.col("value").mean().alias("value"), pl.col("dataset").n_unique().alias("datasets")
+        )
+        cell = by_seed.group_by("variant").agg(
+            pl.col("value").mean().alias("value"),
+            pl.col("datasets").max().alias("datasets"),
+            pl.col("seed").n_unique().alias("seeds"),
+        )
+        cell = cell.join(n_queries, on="variant", how="left").with_columns(pl.lit(column).alias("column"))
+        out.append(cell.select("variant", "column", "value", "queries", "datasets", "seeds"))
+    if not out:
+        return pl.DataFrame(schema={"variant": pl.String, "column": pl.String, "value": pl.Float64,
+                                    "queries": pl.UInt32, "datasets": pl.UInt32, "seeds": pl.UInt32})
+    return pl.concat(out, how="vertical_relaxed")
+
+
+def _aggregate(metrics: pl.DataFrame, variant: str, task: str, metric: str) -> pl.DataFrame:
+    return metrics.filter(
+        (pl.col("variant") == variant) & (pl.col("task") == task) & (pl.col("metric") == metric)
+        & pl.col("query_id").is_null() & pl.col("value").is_not_null()
+    )
+
+
+def _passes(metrics: pl.DataFrame, variant: str, task: str) -> float | None:
+    rows = _aggregate(metrics, variant, task, "passes_per_query")
+    return float(rows["value"].mean()) if rows.height else None
+
+
+def threshold_warnings(metrics: pl.DataFrame, variant: str, task: str) -> str:
+    """'dataset[seed]: reason; ...' for every degenerate-threshold flag raised ('' if none)."""
+    out = []
+    for metric, text in _WARNINGS.items():
+        hit = _aggregate(metrics, variant, task, metric).filter(pl.col("value") > 0).sort("dataset", "seed")
+        for r in hit.iter_rows(named=True):
+            where = r["dataset"] + ("" if r["seed"] is None else f"[seed {r['seed']}]")
+            count = "" if metric.startswith("warn_threshold") else f" ({int(r['value'])})"
+            out.append(f"{where}: {text}{count}")
+    return "; ".join(out)
+
+
+# A scorer whose capability record says integer_grades ties so often that a ranking's order is
+# mostly tie-breaking: its tau-PSI is not reported (as in the paper's hosted row).
+_TAU_NOTE = "tau-PSI not reported (integer grades: most of the order is tie-breaking)"
+
+
+def _drop_tau_psi(row: dict) -> None:
+    for column, spec in ALL_COLUMNS.items():
+        if spec.metric in ("tau_psi", "tau_psi_b"):
+            row[column] = None
+    row["note"] = "; ".join(x for x in (row["note"], _TAU_NOTE) if x)
+
+
+def merge_rows_by_label(rows: Sequence[dict]) -> list[dict]:
+    """One row per label: variants that share a label and fill disjoint columns are one row.
+
+    A trained objective is one student per task pool (its reranking, QA and response
+    cells come from different students), configured as variants with one label. Two
+    variants of one label that fill the same column are a config error: which would
+    the table show?
+    """
+    merged: dict[str, dict] = {}
+    for row in rows:
+        into = merged.get(row["label"])
+        if into is None:
+            merged[row["label"]] = dict(row)
+            continue
+        clash = [c for c in ALL_COLUMNS if row[c] is not None and into[c] is not None]
+        if clash:
+            raise InvalidInput(f"variants {into['variant']!r} and {row['variant']!r} share the label "
+                             f"{row['label']!r} and both fill {clash}; give them different labels")
+        for c in ALL_COLUMNS:
+            if row[c] is not None:
+                into[c] = row[c]
+        into["variant"] = f"{into['variant']}+{row['variant']}"
+        notes = [n for n in (into["note"], row["note"]) if n]
+        into["note"] = "; ".join(dict.fromkeys(notes))
+    return list(merged.values())
+
+
+def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(table, counts): one row per configured variant in config order; skipped ones keep their reason."""
+    cells = cell_values(metrics)
+    rows, counts = [], []
+    for name, v in variants.items():
+        row: dict = {"variant": name}
+        for column, spec in ALL_COLUMNS.items():
+            hit = cells.filter((pl.col("variant") == name) & (pl.col("column") == column))
+            row[column] = float(hit["value"][0]) if hit.height else None
+            if hit.height:
+                warn = threshold_warnings(metrics, name, spec.task) if spec.metric == "jaccard" else ""
+                if warn:
+                    log.warning("%s %s: degenerate threshold: %s", name, column, warn)
+                counts.append({"variant": name, "column": column, "metric": spec.metric,
+                               "perturbation": spec.perturbation, "better": spec.direction,
+                               "queries": int(hit["queries"][0] or 0), "datasets": int(hit["datasets"][0]),
+                               "seeds": int(hit["seeds"][0]), "passes_per_query": _passes(metrics, name, spec.task),
+                               "source": SOURCES[column], "warnings": warn})
+        row["label"] = v.label
+        row["note"] = f"skipped: {v.skip}" if v.skip else str(v.spec.get("note", ""))
+        if v.capabilities.integer_grades:
+            _drop_tau_psi(row)
+        rows.append(row)
+    schema = {"variant": pl.String, **{c: pl.Float64 for c in ALL_COLUMNS}, "label": pl.String, "note": pl.String}
+    table = pl.DataFrame(merge_rows_by_label(rows), schema=schema)
+    count_schema = {"variant": pl.String, "column": pl.String, "metric": pl.String, "perturbation": pl.String,
+                    "better": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64,
+                    "passes_per_query": pl.Float64, "source": pl.String, "warnings": pl.String}
+    return table, pl.DataFrame(counts, schema=count_schema)
+
+
+def bsc_curve(metrics: pl.DataFrame) -> pl.DataFrame:
+    """BSC's K-curve (perturbations bsc_curve_k{K}): variant, task, K, metric, value (mean over
+    datasets within a seed, then over seeds), datasets, seeds."""
+    schema = {"variant": pl.String, "task": pl.String, "K": pl.Int64, "metric": pl.String,
+              "value": pl.Float64, "datasets": pl.Int64, "seeds": pl.Int64}
+    if metrics.height == 0:
+        return pl.DataFrame(schema=schema)
+    m = metrics.filter(
+        pl.col("perturbation").str.starts_with("bsc_curve_k") & pl.col("query_id").is_null()
+        & pl.col("value").is_not_null()
+    )
+    if m.height == 0:
+        return pl.DataFrame(schema=schema)
+    m = m.with_columns(pl.col("perturbation").str.strip_prefix("bsc_curve_k").cast(pl.Int64).alias("K"),
+                       pl.col("seed").fill_null(-1))
+    keys = ["variant", "task", "K", "metric"]
+    by_seed = m.group_by(*keys, "seed").agg(pl.col("value").mean(), pl.col("dataset").n_unique().alias("datasets"))
+    out = by_seed.group_by(*keys).agg(pl.col("value").mean(), pl.col("datasets").max(),
+                                      pl.col("seed").n_unique().alias("seeds"))
+    return out.select(list(schema)).cast(schema).sort(keys)
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
+                skipped_datasets: Mapping[str, str] | None = None) -> str:
+    """Table 1 as Markdown: task columns that no variant filled are left out; datasets that
+    could not be used here are named with their reason under the table."""
+    cols = [c for c in (columns or TABLE1_COLUMNS) if table[c].is_not_null().any()]
+    header = ["Variant", *[TITLES[c] for c in cols], "Note"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in table.iter_rows(named=True):
+        cells = [row["label"], *[_fmt(row[c]) for c in cols], row["note"] or ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    legend = (
+        "\nEach cell is the mean over datasets of per-dataset means over queries, then over training "
+        "seeds. nDCG columns: one pass over the first-stage order (K = 1; BSC: its BSC scores), "
+        "higher is better. tau-PSI (tau-a), the headline: (1 - mean pairwise Kendall tau-a)/2 over "
+        "the M random shuffles, each turned into a strict ranking with ties broken by presented "
+        "position, lower is more stable (the tie-aware tau-b form is the CSV's *_tau_psi_b). Jacc.: "
+        "Jaccard of the retained sets on the test half of the queries at a threshold tuned on the "
+        "development half (shuffle 0), higher is more stable. Flips: lower is more stable. "
+        "results/table1_counts.csv gives each cell's source, counts and warnings.\n"
+    )
+    skipped = "".join(f"\nSkipped dataset {name}: {reason}\n" for name, reason in (skipped_datasets or {}).items())
+    return "\n".join(lines) + "\n" + legend + skipped
+
+
+def _read_metrics(metrics_paths: Iterable[str | Path]) -> pl.DataFrame:
+    """Every metrics file concatenated; an empty metrics table when none is given."""
+    paths = list(metrics_paths)
+    return load_metrics(paths) if paths else _empty_metrics()
+
+
+def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Variant],
+                 out_csv: str | Path, out_md: str | Path, out_counts: str | Path,
+                 skipped_datasets: Mapping[str, str] | None = None) -> pl.DataFrame:
+    """Table 1 as CSV and Markdown, and its counts file (rule ``table1``)."""
+    table, counts = build_table1(_read_metrics(metrics_paths), variants)
+    for name, reason in (skipped_datasets or {}).items():
+        log.warning("dataset %s is not in Table 1: %s", name, reason)
+    write_text_atomic(out_csv, table.write_csv(float_precision=6))
+    write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets))
+    write_text_atomic(out_counts, counts.write_csv())
+    return table
+
+
+def write_bsc_curve(metrics_paths: Iterable[str | Path], out_csv: str | Path) -> pl.DataFrame:
+    """BSC's K-curve as CSV (rule ``bsc_curve``); a header only when no variant has one."""
+    curve = bsc_curve(_read_metrics(metrics_paths))
+    write_text_atomic(out_csv, curve.write_csv(float_precision=6))
+    return curve
+
+
+def _empty_metrics() -> pl.DataFrame:
+    return pl.DataFrame(schema={"dataset": pl.String, "task": pl.String, "variant": pl.String, "seed": pl.Int32,
+                                "perturbation": pl.String, "query_id": pl.String, "metric": pl.String, "value": pl.Float64})

@@ -1,0 +1,1 @@
+"""What every job needs to run: logs, resume folders, hashing, caches, Java, model loading."""

@@ -1,0 +1,42 @@
+"""Sidecar folders that let a killed job resume where it stopped.
+
+A job writes finished pieces of work into a folder next to its output, together
+with a fingerprint of everything the pieces depend on (inputs, settings,
+version). A re-run with the same fingerprint reuses the pieces; a folder left by
+a run with other inputs is discarded, so stale work never leaks into a result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from presdep.contracts.schemas import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+def resume_dir(path: str | os.PathLike, fingerprint: str) -> Path:
+    """``path`` as a folder holding only work of the run identified by ``fingerprint``."""
+    path = Path(path)
+    fp_file = path / FINGERPRINT_FILE
+    if path.exists() and (not fp_file.exists() or fp_file.read_text() != fingerprint):
+        log.warning("%s: discarding work of a run with other inputs or settings", path)
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if not fp_file.exists():
+        write_text_atomic(fp_file, fingerprint)
+    return path
+
+
+def partial_dir(out_path: str | os.PathLike) -> Path:
+    """The sidecar folder of an output file: ``<out>.partial/``."""
+    out_path = Path(out_path)
+    return out_path.parent / (out_path.name + ".partial")
+
+
+__all__ = ["FINGERPRINT_FILE", "partial_dir", "resume_dir"]

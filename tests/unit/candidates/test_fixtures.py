@@ -1,0 +1,94 @@
+import polars as pl
+import pytest
+
+from presdep.data.text_input import InputFormatError
+from presdep.candidates.fixtures import build_fixture
+from presdep.contracts.schemas import read_metadata, read_table
+from records_tiny import fixture_dataset
+
+
+def test_dl19_fixture(shared_data, tmp_path):
+    cfg = {
+        "task": "rerank",
+        "candidates": {"format": "rank_llm_json", "path": str(shared_data / "trec-dl19/bm25_retrieve_results_dl19_top100.json")},
+        "qrels": {"format": "trec", "path": str(shared_data / "trec-dl19/qrels.dl19-passage.txt")},
+    }
+    build_fixture(fixture_dataset("dl19", cfg, seed=4401), tmp_path / "c.parquet", tmp_path / "q.parquet", {"x": 1})
+    cands = read_table(tmp_path / "c.parquet", "candidates")
+    qrels = read_table(tmp_path / "q.parquet", "qrels")
+    assert cands.height == 4300 and qrels.height == 9260
+    first = cands.filter(pl.col("query_id") == "264014").head(1)
+    assert first["first_stage_rank"][0] == 1 and first["doc_id"][0] == "5611210"
+    assert read_metadata(tmp_path / "c.parquet")["dataset"] == "dl19"
+
+
+def test_qrels_for_unknown_queries_are_skipped_and_logged(tmp_path, caplog):
+    cands = tmp_path / "c.json"
+    cands.write_text('[{"query": "q", "hits": [{"content": "x", "qid": "1", "docid": "a", "rank": 1, "score": 1.0}]}]')
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("1 0 a 1\n99 0 z 1\n")
+    cfg = {"task": "rerank", "candidates": {"format": "rank_llm_json", "path": str(cands)}, "qrels": {"format": "trec", "path": str(qrels)}}
+    build_fixture(fixture_dataset("tiny", cfg, seed=4401), tmp_path / "c.parquet", tmp_path / "q.parquet")
+    assert "1 judgement(s) for 1 query id(s) without candidates are ignored" in caplog.text
+    assert read_table(tmp_path / "q.parquet", "qrels")["query_id"].to_list() == ["1"]
+
+
+def test_no_matching_qrels_is_an_error_and_writes_nothing(tmp_path):
+    cands = tmp_path / "c.json"
+    cands.write_text('[{"query": "q", "hits": [{"content": "x", "qid": "1", "docid": "a", "rank": 1, "score": 1.0}]}]')
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("7 0 a 1\n")
+    cfg = {"task": "rerank", "candidates": {"format": "rank_llm_json", "path": str(cands)}, "qrels": {"format": "trec", "path": str(qrels)}}
+    with pytest.raises(InputFormatError, match="no judgement matches a query"):
+        build_fixture(fixture_dataset("tiny", cfg, seed=4401), tmp_path / "c.parquet", tmp_path / "q.parquet")
+    assert not (tmp_path / "c.parquet").exists() and not (tmp_path / "q.parquet").exists()
+
+
+def _subset_by_hand(ids, n, seed, dataset):
+    """The documented rule, written out: sort, Fisher-Yates with PCG64(stable seed), first n, sorted."""
+    import numpy as np
+
+    from presdep.contracts.presentations import stable_seed
+
+    out = sorted(set(ids))
+    rng = np.random.Generator(np.random.PCG64(stable_seed(seed, "query_subset", dataset)))
+    for i in range(len(out) - 1, 0, -1):
+        j = int(rng.integers(0, i + 1))
+        out[i], out[j] = out[j], out[i]
+    return sorted(out[:n])
+
+
+def test_query_subset_is_one_seeded_rule_whatever_the_file_order():
+    from presdep.candidates.fixtures import query_subset
+
+    ids = [f"q{i}" for i in range(30)]
+    chosen = query_subset(ids, 7, seed=4401, dataset="dl19")
+    assert chosen == _subset_by_hand(ids, 7, 4401, "dl19")
+    assert query_subset(list(reversed(ids)) + ids[:5], 7, seed=4401, dataset="dl19") == chosen, "file order and repeats do not matter"
+    assert query_subset(ids, 7, seed=4402, dataset="dl19") != chosen
+    assert set(query_subset(ids, 6, seed=4401, dataset="dl19")) < set(chosen), "growing N only adds queries"
+    assert query_subset(ids, None, seed=1, dataset="x") == sorted(ids) == query_subset(ids, 99, seed=1, dataset="x")
+
+
+def test_max_queries_takes_the_same_sample_for_every_format(tmp_path):
+    """rank_llm JSON (file order q9..q0) and the same queries as IRCoT-free self-judged JSONL agree."""
+    hits = [{"query": f"text {i}", "hits": [{"content": "x", "qid": f"q{i}", "docid": f"d{i}", "rank": 1, "score": 1.0}]}
+            for i in reversed(range(10))]
+    import json
+
+    cands = tmp_path / "c.json"
+    cands.write_text(json.dumps(hits))
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("".join(f"q{i} 0 d{i} 1\n" for i in range(10)))
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "p", "responses": ["a", "b"], "ranks": [1, 2]}) + "\n"
+                                 for i in range(10)))
+    a = {"task": "rerank", "max_queries": 4, "candidates": {"format": "rank_llm_json", "path": str(cands)},
+         "qrels": {"format": "trec", "path": str(qrels)}}
+    b = {"task": "response", "max_queries": 4, "candidates": {"format": "responses_jsonl", "path": str(responses)}}
+    build_fixture(fixture_dataset("same", a, seed=7), tmp_path / "a.parquet", tmp_path / "aq.parquet")
+    build_fixture(fixture_dataset("same", b, seed=7), tmp_path / "b.parquet", tmp_path / "bq.parquet")
+    got_a = sorted(read_table(tmp_path / "a.parquet", "candidates")["query_id"].unique())
+    got_b = sorted(read_table(tmp_path / "b.parquet", "candidates")["query_id"].unique())
+    assert got_a == got_b == _subset_by_hand([f"q{i}" for i in range(10)], 4, 7, "same")
+    assert read_metadata(tmp_path / "a.parquet")["query_subset"]["rule"] == "seeded_sample"

@@ -1,0 +1,292 @@
+"""The read cache: bit-identical hits, one read per distinct prompt across variants, runs,
+max_queries edits and kills, and concurrent writers leaving one valid entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from presdep.candidates.fixtures import query_subset
+from presdep.contracts.schemas import read_metadata, read_table
+from presdep.scoring.read_cache import ReadCache, entry_key
+from presdep.scoring.run import score_dataset
+from presdep.config.records import Protocol, ScoringRun
+
+V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 2, "capcal_beta": 1.0,
+     "scorer": "transformers"}
+PROTO = {"seed": 7, "M": 2, "B": 2, "perturbations": ["random_shuffle"], "max_doc_chars": 60}
+IDENT = {"model": {"test": "tiny-llama-seed0"}, "dtype": "float32"}
+WORDS = "water boils lower altitude pressure kettle steam mountain sea level degrees cooking".split()
+
+
+def candidates(n_queries: int, n_docs: int = 5) -> pl.DataFrame:
+    rows = []
+    for q in range(n_queries):
+        for r in range(1, n_docs + 1):
+            doc = " ".join(WORDS[(q * 3 + r * k) % len(WORDS)] for k in range(1, 6))
+            rows.append((f"q{q}", f"question number {q}", f"q{q}d{r}", f"{doc} {q}-{r}", r, 1.0 / r))
+    return pl.DataFrame(rows, schema=["query_id", "query", "doc_id", "doc", "first_stage_rank", "first_stage_score"],
+                        orient="row").with_columns(pl.col("first_stage_rank").cast(pl.Int32))
+
+
+@pytest.fixture(scope="module")
+def tiny(smollm2_model_dir):
+    """A tiny random Llama with the real SmolLM2 tokenizer (grade tokens 32..35)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    tok = AutoTokenizer.from_pretrained(smollm2_model_dir)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight[32:36].mul_(10.0)  # grade rows wide enough that slots differ
+    return model, tok
+
+
+def scorer_of(tiny, batch_size=3):
+    from presdep.scoring.backends import TransformersScorer
+
+    model, tok = tiny
+    return TransformersScorer(model, tok, max_doc_chars=60, batch_size=batch_size, model_identity=IDENT["model"])
+
+
+def distinct_prompts(df: pl.DataFrame, query_ids=None) -> set[tuple[str, tuple[str, ...]]]:
+    """The oracle's count of model work: distinct (query, doc ids in slot order) prompts of a scores table."""
+    out = set()
+    for (qid, *_), g in df.group_by("query_id", "perturbation", "presentation", "prompt"):
+        if query_ids is None or qid in query_ids:
+            out.add((qid, tuple(g.sort("slot")["doc_id"].to_list())))
+    return out
+
+
+def run(tiny, cand, out, cache_dir, variant=V, batch_size=3):
+    sc = scorer_of(tiny, batch_size)
+    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(variant), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc, read_cache=cache_dir)
+    return sc
+
+
+def test_entries_round_trip_bit_for_bit(tmp_path):
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(4), size=5)
+    c = ReadCache(tmp_path, IDENT)
+    k = entry_key([1, 2, 3], [2])
+    assert entry_key([1, 2, 3], [1]) != k and entry_key([1, 2, 4], [2]) != k
+    c.put(k, p)
+    shard = c.flush()
+    assert shard is not None and shard.parent == tmp_path / c.key
+    again = ReadCache(tmp_path, IDENT)
+    assert len(again) == 1 and again.get(k).tobytes() == p.tobytes()
+    assert ReadCache(tmp_path, {**IDENT, "dtype": "bfloat16"}).get(k) is None  # dtype is part of the identity
+    assert json.loads((tmp_path / c.key / "identity.json").read_text())["dtype"] == "float32"
+    with pytest.raises(ValueError, match=r"\[slots, 4\]"):
+        c.put("x", np.zeros(3))
+
+
+def test_hit_is_bit_identical_and_reads_nothing(tmp_path, tiny):
+    cand = candidates(3)
+    plain = scorer_of(tiny)
+    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(V), protocol=Protocol.checked(PROTO), out_path=tmp_path / "plain.parquet", scorer=plain)
+    cold = run(tiny, cand, tmp_path / "cold.parquet", tmp_path / "cache")
+    warm = run(tiny, cand, tmp_path / "warm.parquet", tmp_path / "cache")
+    ref = read_table(tmp_path / "plain.parquet", "scores")
+    want = len(distinct_prompts(ref))
+    assert plain.prompts_read == ref.select("perturbation", "presentation", "query_id", "prompt").unique().height
+    assert cold.prompts_read == want and warm.prompts_read == 0
+    # A hit is the stored read itself: the warm run equals the cold one bit for bit.
+    assert pq.read_table(tmp_path / "warm.parquet").equals(pq.read_table(tmp_path / "cold.parquet"))
+    # The cold run reads each distinct prompt once, so its batches (and padding) differ from
+    # the uncached run's wherever a prompt repeats: equal up to float32 rounding.
+    cold_df = read_table(tmp_path / "cold.parquet", "scores")
+    assert cold_df.drop("score", "p0", "p1", "p2", "p3").equals(ref.drop("score", "p0", "p1", "p2", "p3"))
+    np.testing.assert_allclose(cold_df["score"].to_numpy(), ref["score"].to_numpy(), rtol=0, atol=1e-5)
+    meta = read_metadata(tmp_path / "warm.parquet")["read_cache"]
+    assert (meta["hits"], meta["misses"], meta["hit_rate"]) == (warm.prompts_asked, 0, 1.0)
+    cm = read_metadata(tmp_path / "cold.parquet")["read_cache"]
+    assert cm["misses"] == want and cm["hits"] == cold.prompts_asked - want
+    # One shard per job after compaction, none left half-written.
+    shards = sorted((tmp_path / "cache").glob("*/*.parquet"))
+    assert len(shards) == 1 and not list((tmp_path / "cache").glob("*/.*"))
+
+
+def test_variants_share_reads(tmp_path, tiny):
+    """Round-robin and BSC read only the prompts off the shelf did not (shuffles and, for BSC, the first-stage pass)."""
+    cand = candidates(3)
+    cache = tmp_path / "cache"
+    run(tiny, cand, tmp_path / "ots.parquet", cache)
+    seen = distinct_prompts(read_table(tmp_path / "ots.parquet", "scores"))
+    for name, v in (("rr", {**V, "chunking": "round_robin"}), ("bsc", {**V, "bsc_k": 2, "bsc_ensembles": 2})):
+        sc = run(tiny, cand, tmp_path / f"{name}.parquet", cache, variant=v)
+        mine = distinct_prompts(read_table(tmp_path / f"{name}.parquet", "scores"))
+        assert sc.prompts_read == len(mine - seen) > 0, name
+        assert len(mine & seen) > 0
+        seen |= mine
+
+
+def test_growing_max_queries_reads_only_the_new_query(tmp_path, tiny):
+    pool = candidates(6)
+    ids = pool["query_id"].unique().to_list()
+    three = query_subset(ids, 3, seed=4401, dataset="toy")
+    four = query_subset(ids, 4, seed=4401, dataset="toy")
+    (new,) = set(four) - set(three)
+    cache = tmp_path / "cache"
+    first = run(tiny, pool.filter(pl.col("query_id").is_in(three)), tmp_path / "a.parquet", cache)
+    second = run(tiny, pool.filter(pl.col("query_id").is_in(four)), tmp_path / "b.parquet", cache)
+    b = read_table(tmp_path / "b.parquet", "scores")
+    assert first.prompts_read == len(distinct_prompts(read_table(tmp_path / "a.parquet", "scores")))
+    assert second.prompts_read == len(distinct_prompts(b, {new})) > 0
+    # The three old queries' rows are the first run's, bit for bit.
+    a = read_table(tmp_path / "a.parquet", "scores")
+    assert b.filter(pl.col("query_id") != new).equals(a)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import numpy as np
+    from presdep.scoring.read_cache import ReadCache
+
+    root, go, who, rounds = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    while not go.exists():
+        time.sleep(0.001)
+    for r in range(rounds):
+        c = ReadCache(root, {"model": {"test": "race"}})
+        c.put(f"shared-{r}", np.full((2, 4), 0.25) + np.arange(8).reshape(2, 4) * 1e-3 * r)
+        c.flush()
+        if who == "b" and r % 2:  # entries of its own, in shards of their own
+            c.put(f"own-{who}-{r}", np.full((1, 4), 0.25))
+            c.flush()
+    """
+)
+
+
+def test_two_processes_writing_the_same_entry_leave_one_valid_entry(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    go, root, rounds = tmp_path / "go", tmp_path / "cache", 30
+    procs = [subprocess.Popen([sys.executable, str(script), str(root), str(go), w, str(rounds)]) for w in "ab"]
+    time.sleep(1.0)  # both interpreters up and polling
+    go.touch()
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    (ident,) = [d for d in root.iterdir() if d.is_dir()]
+    assert not [p for p in ident.iterdir() if p.name.startswith(".")]  # no temporary file left behind
+    rows = pl.concat([pl.read_parquet(p) for p in ident.glob("*.parquet")])
+    keys = rows["key"].to_list()
+    # Every entry is present, and two processes writing the same entry left one shard, one row.
+    want = {f"shared-{r}" for r in range(rounds)} | {f"own-b-{r}" for r in range(1, rounds, 2)}
+    assert set(keys) == want
+    assert rows.filter(pl.col("key").str.starts_with("shared")).height == rounds
+    c = ReadCache(root, {"model": {"test": "race"}})
+    for r in range(rounds):
+        want_p = np.full((2, 4), 0.25) + np.arange(8).reshape(2, 4) * 1e-3 * r
+        assert c.get(f"shared-{r}").tobytes() == want_p.tobytes()
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys, time
+    import polars as pl
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from presdep.scoring.backends import TransformersScorer
+    from presdep.config.records import Protocol, ScoringRun
+    from presdep.scoring.run import score_dataset
+
+    model_dir, cand, out, cache, delay = sys.argv[1:6]
+
+    class Slow(TransformersScorer):
+        def read_built(self, built):
+            time.sleep(float(delay))
+            return super().read_built(built)
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    sc = Slow(model, AutoTokenizer.from_pretrained(model_dir), max_doc_chars=60, batch_size=2,
+              model_identity={"test": "killed"})
+    v = {"scorer": "transformers", "chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 2}
+    proto = {"seed": 7, "M": 2, "B": 2, "perturbations": ["random_shuffle"], "max_doc_chars": 60}
+    score_dataset(pl.read_parquet(cand), dataset="toy", variant=ScoringRun.checked(v), protocol=Protocol.checked(proto), out_path=out, scorer=sc,
+                  read_cache=cache)
+    print(sc.prompts_read)
+    """
+)
+
+
+def test_a_killed_job_repeats_no_read(tmp_path, tiny):
+    model, tok = tiny
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    cand = candidates(4)
+    cpath = tmp_path / "cand.parquet"
+    cand.write_parquet(cpath)
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    cache, out = tmp_path / "cache", tmp_path / "out.parquet"
+    proc = subprocess.Popen([sys.executable, str(script), str(model_dir), str(cpath), str(out), str(cache), "0.3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(cache.glob("*/*.parquet"))) < 3:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (ident,) = [d for d in cache.iterdir() if d.is_dir()]
+    stored = pl.concat([pl.read_parquet(p) for p in ident.glob("*.parquet")])["key"].n_unique()
+    assert stored >= 3 * 2 and not out.exists()
+    res = subprocess.run([sys.executable, str(script), str(model_dir), str(cpath), str(out), str(cache), "0"],
+                         check=True, capture_output=True, text=True)
+    total = len(distinct_prompts(read_table(out, "scores")))
+    assert stored < total
+    assert int(res.stdout.strip().splitlines()[-1]) == total - stored
+
+
+def test_one_prompt_per_pass_makes_scores_independent_of_the_cache(tmp_path, tiny):
+    """batch_size 1 (the CPU default's): no padding and no batch neighbours, so a variant's
+    scores are the same bits whether its prompts were read by it or by another variant."""
+    cand = candidates(3)
+    rr = {**V, "chunking": "round_robin"}
+    for name, v in (("ots", V), ("rr", rr)):
+        sc = scorer_of(tiny, batch_size=1)
+        score_dataset(cand, dataset="toy", variant=ScoringRun.checked(v), protocol=Protocol.checked(PROTO), out_path=tmp_path / f"plain-{name}.parquet",
+                      scorer=sc)
+    run(tiny, cand, tmp_path / "ots.parquet", tmp_path / "cache", batch_size=1)
+    second = run(tiny, cand, tmp_path / "rr.parquet", tmp_path / "cache", variant=rr, batch_size=1)
+    assert second.read_cache.hits > 0
+    for name in ("ots", "rr"):
+        assert pq.read_table(tmp_path / f"{name}.parquet").equals(pq.read_table(tmp_path / f"plain-{name}.parquet"))
+
+
+def test_weights_load_only_on_a_cache_miss(tmp_path, tiny):
+    """A job whose prompts were all read before never loads the model; a miss loads it once."""
+    from presdep.scoring.backends import TransformersScorer
+
+    model, tok = tiny
+    cand = candidates(2)
+    run(tiny, cand, tmp_path / "cold.parquet", tmp_path / "cache")
+    loads = []
+
+    def lazy(cand, out):
+        sc = TransformersScorer(None, tok, model_loader=lambda: loads.append(1) or model, device="cpu",
+                                dtype=torch.float32, max_doc_chars=60, batch_size=3, model_identity=IDENT["model"])
+        prof = score_dataset(cand, dataset="toy", variant=ScoringRun.checked(V), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc,
+                             read_cache=tmp_path / "cache")
+        return sc, prof
+
+    warm, prof = lazy(cand, tmp_path / "warm.parquet")
+    assert loads == [] and not warm.model_loaded and prof["model_loaded"] is False
+    assert pq.read_table(tmp_path / "warm.parquet").equals(pq.read_table(tmp_path / "cold.parquet"))
+    # The metadata names the same dtype and device without the weights being loaded.
+    assert read_metadata(tmp_path / "warm.parquet")["scorer"]["dtype"] == "float32"
+    grown, prof = lazy(candidates(3), tmp_path / "grown.parquet")
+    assert loads == [1] and grown.model_loaded and prof["model_loaded"] is True and grown.prompts_read > 0

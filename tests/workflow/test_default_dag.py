@@ -1,0 +1,53 @@
+"""A tiny real run of the embedded default's whole DAG with the real SmolLM2 model."""
+
+import json
+
+import polars as pl
+import pytest
+
+from presdep.contracts.schemas import read_table
+from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
+
+TINY = "tiny-default.yaml"
+
+
+@pytest.mark.slow
+def test_whole_default_dag_runs_for_real(tmp_path, smollm2_model_dir):
+    work = scratch_workflow(tmp_path)
+    (work / TINY).write_text((REPO / "tests" / "configs" / TINY).read_text())
+    # The model conversion is its own rule; reuse the converted directory instead of
+    # fetching the wheel again (the rule's output exists, so Snakemake keeps it).
+    (work / "resources" / "models").mkdir(parents=True)
+    (work / "resources" / "models" / "smollm2").symlink_to(smollm2_model_dir)
+
+    dry = snakemake(work, "-n", "--cores", "2", "--configfile", TINY)
+    jobs = planned_jobs(dry.stdout + dry.stderr)
+    assert jobs["train_student"] == 2 and jobs["select_lambda"] == 1 and jobs["silver_labels"] == 1
+    assert "fetch_model" not in jobs
+
+    snakemake(work, "--cores", "2", "--configfile", TINY, timeout=1500)
+
+    table = pl.read_csv(work / "results/table1.csv")
+    rows = {r["variant"]: r for r in table.iter_rows(named=True)}
+    assert list(rows) == ["bm25", "off_the_shelf", "capcal", "round_robin", "bsc", "jina_reranker_v3", "oc_sft"]
+    for name in ("off_the_shelf", "capcal", "round_robin", "bsc", "oc_sft"):
+        r = rows[name]
+        assert 0.0 <= r["rerank_ndcg10"] <= 1.0 and 0.0 <= r["rerank_tau_psi"] <= 1.0
+        assert 0.0 <= r["rerank_jaccard"] <= 1.0
+    assert rows["bm25"]["rerank_tau_psi"] == 0.0 and rows["bm25"]["rerank_jaccard"] == 1.0
+    assert rows["jina_reranker_v3"]["rerank_ndcg10"] is None
+    assert rows["jina_reranker_v3"]["note"].startswith("skipped: ")
+
+    # The trained row is scored with its selected adapter and carries its seed.
+    selected = json.loads((work / "results/models/oc_sft/selected.json").read_text())
+    assert set(selected["adapters"]) == {"42"}
+    metrics = read_table(work / "results/metrics/oc_sft/seed42/synthetic.parquet", "metrics")
+    assert metrics["variant"].unique().to_list() == ["oc_sft"] and metrics["seed"].unique().to_list() == [42]
+
+    scores = read_table(work / "results/scores/off_the_shelf/synthetic.parquet", "scores")
+    probs = scores.select(pl.sum_horizontal("p0", "p1", "p2", "p3"))
+    assert (probs.to_series() - 1.0).abs().max() < 1e-4
+    assert (work / "results/figure1.svg").exists() and (work / "results/stability/table1.json").exists()
+
+    again = snakemake(work, "-n", "--cores", "2", "--configfile", TINY)
+    assert "Nothing to be done" in again.stdout + again.stderr
