@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 from scipy.stats import kendalltau, rankdata
 
-from presdep.report.stability import paired_bootstrap
+from presdep.report.stability_analysis import paired_bootstrap
 
 
 def make_values(variants: int, queries: int, seeds: int, rng: np.random.Generator) -> pl.DataFrame:

@@ -7,6 +7,7 @@ import string
 from pathlib import Path
 
 import torch
+
 from presdep.config.records import Protocol, ScoringRun
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>",
@@ -119,15 +120,15 @@ def protocol(B: int, M: int = 3, perturbations=("random_shuffle", "within_chunk"
 def score_then_metrics(tmp: Path, variant: dict, proto: dict, task: str, scorer=None, n_queries: int = 4,
                        n_docs: int = 6):
     """score_dataset -> Parquet -> metrics_from_files: the path a workflow job takes."""
+    from presdep.contracts.schemas import read_table, write_table
     from presdep.metrics.compute import metrics_from_files
     from presdep.metrics.thresholds import tune_thresholds, write_thresholds
-    from presdep.contracts.schemas import read_table, write_table
     from presdep.scoring.run import score_dataset
 
     cand, qrels = fixture(n_queries, n_docs)
     scores_path, qrels_path = tmp / "scores.parquet", tmp / "qrels.parquet"
     write_table(qrels, qrels_path, "qrels")
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(variant), protocol=Protocol.checked(proto), out_path=scores_path, qrels=qrels,
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant), protocol=Protocol.checked(proto), out_path=scores_path, qrels=qrels,
                   scorer=scorer)
     thr = None
     if task == "rerank":

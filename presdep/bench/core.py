@@ -26,7 +26,8 @@ from presdep.bench.providers import make_provider
 from presdep.bench.runner import BENCHMARK, run_benchmark, write_report
 from presdep.bench.suite import FAMILIES, PUBLIC_PATH, PUBLIC_SEED, VARIANTS, read_split
 from presdep.contracts.errors import PresdepError
-from presdep.report.stability import DEFAULT_RESAMPLES, DEFAULT_SEED, analyse_reports
+from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from presdep.report.stability_io import analyse_reports
 
 
 class UnknownTask(PresdepError, KeyError):

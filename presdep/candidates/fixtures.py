@@ -9,13 +9,12 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from presdep.config.records import Dataset, thaw
-from presdep.contracts.errors import InvalidInput
+from presdep.contracts.errors import InputFormatError, InvalidInput
 from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.contracts.schemas import write_table
 from presdep.data.beir import read_beir_qrels
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.responses import read_responses
-from presdep.data.text_input import InputFormatError
 from presdep.data.trec import read_qrels
 
 log = logging.getLogger(__name__)

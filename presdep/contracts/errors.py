@@ -33,3 +33,11 @@ class InputFormatError(PresdepError, ValueError):
 
 class InvalidInput(PresdepError, ValueError):
     """An argument or input value outside what the function accepts; the message says what was expected."""
+
+
+class StabilityError(PresdepError, ValueError):
+    """Input to the stability analysis is unusable; the message says which and why."""
+
+
+class ReportError(PresdepError, ValueError):
+    """A run report is malformed; the message names the file and the offending entry."""

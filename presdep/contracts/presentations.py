@@ -16,7 +16,6 @@ from typing import Hashable, Mapping, Sequence, TypeVar
 import numpy as np
 
 from presdep.contracts.errors import InvalidInput, PresdepError
-from presdep.contracts.tasks import FIRST_STAGE  # noqa: F401  (re-exported: presentations name their pass)
 
 T = TypeVar("T")
 

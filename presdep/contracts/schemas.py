@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from presdep import __version__
-from presdep.contracts.errors import SchemaError  # noqa: F401  (re-exported)
+from presdep.contracts.errors import SchemaError
 
 METADATA_KEY = b"presdep"
 
@@ -115,7 +115,6 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-# SchemaError lives with the other errors; importing it here keeps `schemas.SchemaError` working.
 
 
 def _check(df: pl.DataFrame, kind: str, where: str) -> pa.Table:

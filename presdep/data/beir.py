@@ -6,7 +6,8 @@ from pathlib import Path
 
 import polars as pl
 
-from presdep.data.text_input import InputFormatError, text_lines
+from presdep.contracts.errors import InputFormatError
+from presdep.data.text_input import text_lines
 from presdep.data.trec import qrels_frame
 
 

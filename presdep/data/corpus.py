@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from presdep.contracts.errors import InvalidInput
+from presdep.contracts.errors import InputFormatError, InvalidInput
 from presdep.data.doc import Doc
-from presdep.data.text_input import InputFormatError, json_records
+from presdep.data.text_input import json_records
 
 CORPUS_FORMATS = ("beir", "jsonl", "irds")
 TOPIC_FORMATS = ("beir", "jsonl", "tsv", "trec", "irds")

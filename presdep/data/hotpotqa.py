@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from presdep.contracts.errors import InvalidInput
-from presdep.data.text_input import InputFormatError, json_list, json_records
+from presdep.contracts.errors import InputFormatError, InvalidInput
+from presdep.data.text_input import json_list, json_records
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import polars as pl
 
-from presdep.data.text_input import InputFormatError, json_list
+from presdep.contracts.errors import InputFormatError
+from presdep.data.text_input import json_list
 
 _HIT_FIELDS = ("content", "qid", "docid", "rank", "score")
 

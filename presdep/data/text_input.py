@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from presdep.contracts.errors import InputFormatError  # noqa: F401  (re-exported)
+from presdep.contracts.errors import InputFormatError
 
 
 def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -7,8 +7,9 @@ from typing import Iterable
 
 import polars as pl
 
+from presdep.contracts.errors import InputFormatError
 from presdep.contracts.schemas import write_text_atomic
-from presdep.data.text_input import InputFormatError, text_lines
+from presdep.data.text_input import text_lines
 
 
 def read_topics(path: str | Path) -> dict[str, str]:

@@ -20,7 +20,7 @@ import polars as pl
 
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table
-from presdep.contracts.views import FIRST_STAGE
+from presdep.contracts.tasks import FIRST_STAGE
 from presdep.data.trec import read_qrels, read_run
 from presdep.metrics.compute import TASKS, compute_metrics, write_metrics
 from presdep.metrics.thresholds import SPLIT_SEED, split_queries, tune_thresholds

@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from presdep.contracts.columns import TABLE1_COLUMNS
-from presdep.report.errors import StabilityError
+from presdep.contracts.errors import StabilityError
 
 _NEED = {"dataset", "task", "variant", "seed", "perturbation", "query_id", "metric", "value"}
 

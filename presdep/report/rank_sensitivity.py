@@ -13,8 +13,8 @@ from typing import Any, Iterable
 import numpy as np
 import polars as pl
 
+from presdep.contracts.errors import StabilityError
 from presdep.report.bootstrap import json_float, ranks, tie_score
-from presdep.report.errors import StabilityError
 
 
 def _per_presentation_rows(per_presentation: pl.DataFrame, variants: Iterable[str] | None, where: str) -> pl.DataFrame:

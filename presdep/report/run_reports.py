@@ -31,8 +31,8 @@ from typing import Any, Iterable
 import polars as pl
 
 from presdep.contracts.columns import TABLE1_COLUMNS
+from presdep.contracts.errors import ReportError
 from presdep.contracts.schemas import write_text_atomic
-from presdep.report.errors import ReportError
 from presdep.report.metric_columns import column_values
 
 __all__ = ["DEFAULT_DATASET", "ReportError", "RunReport", "export_report", "prompt_variant", "read_report",

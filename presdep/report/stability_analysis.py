@@ -78,6 +78,7 @@ import polars as pl
 
 from presdep import __version__
 from presdep.contracts.columns import TABLE1_COLUMNS
+from presdep.contracts.errors import StabilityError
 from presdep.report.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -89,7 +90,6 @@ from presdep.report.bootstrap import (
     json_float,
     rank_distribution,
 )
-from presdep.report.errors import StabilityError
 from presdep.report.metric_columns import column_values
 from presdep.report.rank_sensitivity import presentation_sensitivity, prompt_sensitivity
 

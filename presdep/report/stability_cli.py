@@ -15,9 +15,8 @@ import polars as pl
 
 from presdep import __version__
 from presdep.contracts.columns import TABLE1_COLUMNS
-from presdep.contracts.errors import SchemaError
+from presdep.contracts.errors import ReportError, SchemaError, StabilityError
 from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
-from presdep.report.errors import ReportError, StabilityError
 from presdep.report.metric_columns import column_values
 from presdep.report.run_reports import export_report
 from presdep.report.stability_analysis import analyse_column

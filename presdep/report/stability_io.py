@@ -13,9 +13,9 @@ from typing import Any, Iterable, Mapping
 
 import polars as pl
 
+from presdep.contracts.errors import StabilityError
 from presdep.contracts.schemas import read_table, write_text_atomic
 from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
-from presdep.report.errors import StabilityError
 from presdep.report.run_reports import prompt_variant, reports_frame
 from presdep.report.stability_analysis import analyse_table1, paired_bootstrap
 

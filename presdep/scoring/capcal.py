@@ -173,7 +173,7 @@ def calibrate_scores_file(
     candidates_path: str | os.PathLike,
     out_path: str | os.PathLike,
     dataset: str,
-    variant: ScoringRun,
+    run: ScoringRun,
     protocol: Protocol,
     scorer: Any = None,
 ) -> Path:
@@ -183,16 +183,16 @@ def calibrate_scores_file(
     with p0..p3 = the calibrated distribution p' and score = E[g] under p'; the raw
     probabilities stay in the reused file, named with its sha256 in the metadata.
     """
-    v = variant.variant
+    v = run.variant
     if v.calibration != "capcal" or v.bsc_k != 1:
         raise InvalidInput(f"calibrate_scores_file is the capcal job (bsc_k 1); variant has calibration "
                          f"{v.calibration!r}, bsc_k {v.bsc_k}")
-    beta = float(variant.setting("capcal_beta"))
+    beta = float(run.setting("capcal_beta"))
     meta = read_metadata(source_path)
     source = read_table(source_path, "scores")
     cand = read_table(candidates_path, "candidates")
     if scorer is None:
-        scorer = make_scorer(variant, protocol.prompt)
+        scorer = make_scorer(run, protocol.prompt)
     describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
     sha = getattr(scorer, "template_sha256", None)
     _check_source(meta, source_path, protocol=protocol, template_sha256=sha, model=describe.get("model"))
@@ -205,7 +205,7 @@ def calibrate_scores_file(
     calibrated, priors = calibrate_scores(source, queries, scorer, beta=beta, done_dir=done)
     path = write_table(
         calibrated.sort("perturbation", "presentation", "query_id", "position"), out_path, "scores",
-        params={"variant": variant.as_dict(), "protocol": protocol.as_dict()},
+        params={"variant": run.as_dict(), "protocol": protocol.as_dict()},
         **{k: meta.get(k) for k in ("perturbations", "presentations", "middle_injection_skipped")},
         dataset=dataset, bsc_k=1, bsc_ensembles=v.bsc_ensembles,
         template_sha256=sha, model=describe.get("model"), scorer=describe,

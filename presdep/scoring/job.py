@@ -69,13 +69,13 @@ def score_dataset_files(
             if hasattr(scorer, "use_read_cache"):
                 scorer.use_read_cache(read_cache)
         calibrate_scores_file(source_path=reuse_scores_path, candidates_path=candidates_path, out_path=out_path,
-                              dataset=dataset, variant=run, protocol=protocol, scorer=scorer)
+                              dataset=dataset, run=run, protocol=protocol, scorer=scorer)
         if scorer is not None and getattr(scorer, "read_cache", None) is not None:
             scorer.read_cache.compact_written()
         return None
     candidates = read_table(candidates_path, "candidates")
     qrels = read_table(qrels_path, "qrels") if qrels_path else None
-    return score_dataset(candidates, dataset=dataset, variant=run, protocol=protocol, out_path=out_path,
+    return score_dataset(candidates, dataset=dataset, run=run, protocol=protocol, out_path=out_path,
                          qrels=qrels, read_cache=read_cache, startup_s=startup_s)
 
 

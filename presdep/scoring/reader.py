@@ -45,7 +45,8 @@ import polars as pl
 from presdep import __version__
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_metadata, read_table, write_table, write_text_atomic
-from presdep.contracts.views import FIRST_STAGE, decision_presentations
+from presdep.contracts.tasks import FIRST_STAGE
+from presdep.contracts.views import decision_presentations
 from presdep.runtime.models import (
     dtype_name,
     load_causal_lm,

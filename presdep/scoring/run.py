@@ -31,7 +31,6 @@ from presdep import __version__
 from presdep.config.records import Protocol, ScoringRun, Variant
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import (
-    FIRST_STAGE,
     INJECTION_PLACES,
     NoRelevantDocument,
     chunk_positions,
@@ -42,6 +41,7 @@ from presdep.contracts.presentations import (
     within_chunk,
 )
 from presdep.contracts.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
+from presdep.contracts.tasks import FIRST_STAGE
 from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.factory import make_scorer
 from presdep.scoring.template import prepare_doc
@@ -196,7 +196,7 @@ def score_dataset(
     candidates: pl.DataFrame,
     *,
     dataset: str,
-    variant: ScoringRun,
+    run: ScoringRun,
     protocol: Protocol,
     out_path: str | os.PathLike,
     qrels: pl.DataFrame | None = None,
@@ -219,15 +219,15 @@ def score_dataset(
     """
     t_start = time.perf_counter()
     _check_candidates(candidates)
-    if variant.variant.calibration != "none":
+    if run.variant.calibration != "none":
         raise InvalidInput(
-            f"calibration {variant.variant.calibration!r} does not score documents itself: it recalibrates another "
+            f"calibration {run.variant.calibration!r} does not score documents itself: it recalibrates another "
             "variant's stored probabilities (presdep.scoring.capcal.calibrate_scores)"
         )
     out_path = Path(out_path)
     t_load = time.perf_counter()
     if scorer is None:
-        scorer = make_scorer(variant, protocol.prompt)
+        scorer = make_scorer(run, protocol.prompt)
     load_s = time.perf_counter() - t_load
     cache = None
     if read_cache is not None and hasattr(scorer, "use_read_cache"):
@@ -236,12 +236,12 @@ def score_dataset(
     qids = candidates["query_id"].unique(maintain_order=True).to_list()
     grades_by_q = _grades_by_query(qrels)
     skipped = _queries_without_injection(candidates, qrels, grades_by_q, protocol, dataset, len(qids))
-    fingerprint = _fingerprint(candidates, qrels, dataset, variant, protocol, scorer)
+    fingerprint = _fingerprint(candidates, qrels, dataset, run, protocol, scorer)
     partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
-    done = _score_missing_queries(candidates, qids, grades_by_q, partial, dataset, variant.variant, protocol, scorer)
+    done = _score_missing_queries(candidates, qids, grades_by_q, partial, dataset, run.variant, protocol, scorer)
     if cache is not None:
         cache.compact_written()
-    _write_scores(qids, partial, out_path, dataset, variant, protocol, scorer, fingerprint, skipped, cache, len(done))
+    _write_scores(qids, partial, out_path, dataset, run, protocol, scorer, fingerprint, skipped, cache, len(done))
     shutil.rmtree(partial)
     profile = _profile(scorer, cache, dataset=dataset, queries=len(qids), resumed=len(done), startup_s=startup_s,
                        load_s=load_s, total_s=time.perf_counter() - t_start)

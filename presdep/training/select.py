@@ -41,7 +41,6 @@ import polars as pl
 from presdep import __version__
 from presdep.contracts.errors import InvalidInput, PresdepError
 from presdep.contracts.schemas import write_text_atomic
-from presdep.contracts.selection import adapter_for  # noqa: F401  (re-exported)
 
 RULES = ("checkpoint", "one_se", "seed_mean", "fixed")
 MIN_QUALITY = 0.40  # a best held-out nDCG@10 below this is flagged
@@ -247,4 +246,4 @@ def select_lambda_files(*, runs: Sequence[Mapping[str, Any]], out_path: str | os
 
 
 __all__ = ["RULES", "RULE_TEXT", "MIN_QUALITY", "SelectionAbstained", "RunEvals", "read_run", "best_checkpoint",
-           "standard_error", "one_se_decision", "select_lambda", "select_lambda_files", "adapter_for"]
+           "standard_error", "one_se_decision", "select_lambda", "select_lambda_files"]

@@ -4,9 +4,9 @@ import json
 
 import polars as pl
 import pytest
+from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 from presdep.contracts.schemas import read_table
-from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 TINY = "tiny-default.yaml"
 

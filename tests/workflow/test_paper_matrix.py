@@ -11,7 +11,6 @@ from collections import Counter
 
 import pytest
 import yaml
-
 from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 PAPER = "configs/paper.yaml"
@@ -42,9 +41,9 @@ def _raw() -> dict:
 @pytest.fixture(scope="module")
 def paper():
     """The validated config exactly as the workflow builds it (catalogue entries resolved, defaults filled)."""
-    from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config
-
     from snakemake.utils import update_config  # Snakemake's own merge of a --configfile
+
+    from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config
 
     merged = yaml.safe_load((REPO / "workflow_config.yaml").read_text())
     update_config(merged, _raw())

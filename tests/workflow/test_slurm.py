@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from workflow_utils import REPO, planned_jobs, scratch_workflow
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

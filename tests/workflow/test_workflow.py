@@ -2,9 +2,9 @@
 
 import polars as pl
 import pytest
+from workflow_utils import planned_jobs, scratch_workflow, snakemake
 
 from presdep.contracts.schemas import read_table
-from workflow_utils import planned_jobs, scratch_workflow, snakemake
 
 DL19 = "configs/examples/dl19-identity.yaml"
 

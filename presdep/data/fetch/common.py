@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from presdep import __version__
-from presdep.contracts.errors import PresdepError
+from presdep.contracts.errors import InputFormatError, PresdepError
 from presdep.contracts.schemas import write_text_atomic
-from presdep.data.text_input import InputFormatError, json_list, json_records
+from presdep.data.text_input import json_list, json_records
 from presdep.runtime.hashing import sha256_file
 
 log = logging.getLogger(__name__)

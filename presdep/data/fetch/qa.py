@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from presdep.contracts.errors import InputFormatError
 from presdep.data.fetch.common import QARecord, need, read_rows
 from presdep.data.hotpotqa import _ircot_answers
-from presdep.data.text_input import InputFormatError
 
 
 def _supporting(path, where: str, titles: list[str], facts: list[str]) -> list[bool]:

@@ -21,12 +21,12 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from presdep.contracts.errors import InputFormatError
 from presdep.contracts.schemas import atomic_write
 from presdep.data.beir import read_beir_qrels
 from presdep.data.corpus import beir_corpus_file, read_beir_queries
 from presdep.data.fetch.common import FetchError, RankedQuery
 from presdep.data.rank_llm import read_rank_llm_json
-from presdep.data.text_input import InputFormatError
 from presdep.data.trec import read_qrels
 from presdep.runtime.java import MIN_JAVA, anserini_autoclass, ensure_java
 

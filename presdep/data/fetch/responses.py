@@ -30,9 +30,9 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from presdep.contracts.errors import InputFormatError
 from presdep.data.fetch.common import RankedQuery, label_blind_id, need, read_rows
 from presdep.data.responses import read_responses
-from presdep.data.text_input import InputFormatError
 
 
 def _blind(qid: str, prompt: str, texts: Sequence[str], grades: Sequence[int]) -> RankedQuery:

@@ -10,12 +10,11 @@ import threading
 import time
 
 import pytest
+from fault_server import JSONHandler, LoopbackServer
 
 from presdep.bench import core
 from presdep.bench.grader import score_answer
 from presdep.cli import main as presdep_main
-
-from fault_server import JSONHandler, LoopbackServer
 
 SECRET = "sk-bench-test-" + hashlib.sha256(b"not a real key").hexdigest()[:20]
 KEY_ENV = "PRESDEP_BENCH_TEST_KEY"

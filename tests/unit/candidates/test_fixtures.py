@@ -1,10 +1,10 @@
 import polars as pl
 import pytest
-
-from presdep.data.text_input import InputFormatError
-from presdep.candidates.fixtures import build_fixture
-from presdep.contracts.schemas import read_metadata, read_table
 from records_tiny import fixture_dataset
+
+from presdep.candidates.fixtures import build_fixture
+from presdep.contracts.errors import InputFormatError
+from presdep.contracts.schemas import read_metadata, read_table
 
 
 def test_dl19_fixture(shared_data, tmp_path):

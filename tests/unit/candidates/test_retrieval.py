@@ -16,8 +16,8 @@ import polars as pl
 import pytest
 import yaml
 
+from presdep.contracts.errors import InputFormatError
 from presdep.data.corpus import Doc, iter_corpus, lookup_docs, read_queries
-from presdep.data.text_input import InputFormatError
 from presdep.runtime.java import JavaNotFoundError, find_java_home
 
 REPO = Path(__file__).resolve().parents[3]
@@ -229,9 +229,9 @@ def test_corrupt_corpus_leaves_no_index(java_ok: Path, tmp_path: Path) -> None:
 
 
 def test_outputs_round_trip(tiny_index: tuple[Path, Path], tmp_path: Path) -> None:
-    from presdep.data.trec import read_run
     from presdep.candidates.bm25 import first_stage_candidates, read_first_stage, run_first_stage
     from presdep.contracts.schemas import read_metadata
+    from presdep.data.trec import read_run
 
     data, index = tiny_index
     out = tmp_path / "res"
@@ -283,8 +283,8 @@ def test_first_stage_checks_reject_bad_runs(tmp_path: Path) -> None:
 def test_scifact_bm25_ndcg(java_ok: Path, shared_data: Path, tmp_path: Path) -> None:
     import pytrec_eval
 
-    from presdep.data.beir import read_beir_qrels
     from presdep.candidates.bm25 import build_index, first_stage_candidates, search
+    from presdep.data.beir import read_beir_qrels
 
     folder = shared_data / "beir-scifact"
     start = time.perf_counter()

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from presdep.config import SCHEMA_PATH, ConfigError, WorkflowConfig, load_workflow_config
 from presdep.config.catalogue import (
     CatalogueError,
     expand_catalogue,
     layout,
     load_catalogue,
 )
-from presdep.config import SCHEMA_PATH, ConfigError, WorkflowConfig, load_workflow_config
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -4,6 +4,7 @@ import copy
 import re
 
 import pytest
+from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 from presdep.config import (
     SCHEMA_PATH,
@@ -14,7 +15,6 @@ from presdep.config import (
     schema_defaults,
     validate_config,
 )
-from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 SCHEMA = SCHEMA_PATH
 

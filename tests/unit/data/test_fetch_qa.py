@@ -7,13 +7,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from fetch_helpers import SHARED_DATA, fetch_catalogue_entry, requires_file
 
-from presdep.data.text_input import InputFormatError
+from presdep.contracts.errors import InputFormatError
 from presdep.data.fetch.common import FetchError
 from presdep.data.fetch.run import detect_qa_format, fetch
 from presdep.data.hotpotqa import read_hotpotqa_ircot
-
-from fetch_helpers import SHARED_DATA, fetch_catalogue_entry, requires_file
 
 CATALOGUE_SELECTION = {"questions": 2, "paragraphs": 4, "supporting": 2}
 

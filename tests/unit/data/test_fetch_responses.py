@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from fetch_helpers import SHARED_DATA, fetch_catalogue_entry, requires_file
 
 from presdep.data.fetch.run import fetch
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.trec import read_qrels
-
-from fetch_helpers import SHARED_DATA, fetch_catalogue_entry, requires_file
 
 
 def _entry(converter: str, **extra) -> dict:
@@ -112,7 +111,7 @@ def test_converter_rm_bench_json(tmp_path: Path) -> None:
 
 
 def test_missing_field_names_file_and_row(tmp_path: Path) -> None:
-    from presdep.data.text_input import InputFormatError
+    from presdep.contracts.errors import InputFormatError
 
     with pytest.raises(InputFormatError, match=r"test.jsonl, line 2: prompt lacks \['rejected'\]"):
         _convert(tmp_path, _jsonl(tmp_path / "test.jsonl", [

@@ -4,11 +4,11 @@ import json
 
 import polars as pl
 import pytest
-
-from presdep.data.text_input import InputFormatError
-from presdep.data.hotpotqa import read_hotpotqa, read_hotpotqa_ircot, read_hotpotqa_json
-from presdep.contracts.schemas import read_table, write_table
 from records_tiny import fixture_dataset
+
+from presdep.contracts.errors import InputFormatError
+from presdep.contracts.schemas import read_table, write_table
+from presdep.data.hotpotqa import read_hotpotqa, read_hotpotqa_ircot, read_hotpotqa_json
 
 IRCOT = "hotpotqa-dev200/hotpotqa_dev200.jsonl"
 

@@ -5,8 +5,8 @@ import gzip
 import polars as pl
 import pytest
 
+from presdep.contracts.errors import InputFormatError
 from presdep.data.beir import read_beir_qrels
-from presdep.data.text_input import InputFormatError
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.trec import read_qrels, read_run, read_topics, write_qrels, write_run
 

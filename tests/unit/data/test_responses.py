@@ -4,8 +4,10 @@ import json
 
 import polars as pl
 import pytest
+from records_tiny import fixture_dataset
 
-from presdep.data.text_input import InputFormatError
+from presdep.contracts.errors import InputFormatError
+from presdep.contracts.schemas import write_table
 from presdep.data.responses import (
     label_blind_id,
     read_response_jsonl,
@@ -13,8 +15,6 @@ from presdep.data.responses import (
     read_rm_bench,
     relevance_from_ranks,
 )
-from presdep.contracts.schemas import write_table
-from records_tiny import fixture_dataset
 
 
 @pytest.mark.parametrize("name, prompts", [("chat_filtered.json", 129), ("safety-response_filtered.json", 157)])

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-
-from presdep.metrics import compute as cm
-from presdep.metrics import instability as ins
 import pytrec_eval
 from scipy.stats import kendalltau
-from presdep.metrics.quality import qrels_to_dict
+
 from presdep.contracts.schemas import read_metadata, read_table
+from presdep.metrics import compute as cm
+from presdep.metrics import instability as ins
+from presdep.metrics.quality import qrels_to_dict
 
 QRELS = pl.DataFrame(
     {
@@ -529,8 +529,8 @@ def test_cli_with_runs_and_scores(tmp_path, shared_data, capsys):
 
 def test_middle_injection_from_the_presentations_module_on_dl19(shared_data):
     """The presentations' middle injection and the metrics agree on the injected doc."""
-    from presdep.data.trec import read_qrels, read_run
     from presdep.contracts.presentations import middle_injection
+    from presdep.data.trec import read_qrels, read_run
 
     base = shared_data / "trec-dl19"
     run = read_run(base / "bm25_trec_run_dl19_top100.txt").sort("query_id", "rank")

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from presdep.contracts.schemas import write_table
 from presdep.metrics.thresholds import (
     read_thresholds,
     split_queries,
     thresholds_from_files,
     tune_thresholds,
 )
-from presdep.contracts.schemas import write_table
 
 
 @settings(max_examples=50, deadline=None)

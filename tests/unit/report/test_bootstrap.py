@@ -11,8 +11,7 @@ import pytest
 from scipy.stats import rankdata
 
 import presdep.report.bootstrap as bootstrap
-from presdep.contracts.errors import PresdepError
-from presdep.report.errors import ReportError, StabilityError
+from presdep.contracts.errors import PresdepError, ReportError, StabilityError
 
 
 def test_average_ranks_equal_scipy_rankdata_with_ties_and_nan():
@@ -57,13 +56,3 @@ def test_the_bootstrap_module_needs_numpy_only():
 @pytest.mark.parametrize("error", [StabilityError, ReportError])
 def test_report_errors_are_presdep_errors_and_value_errors(error):
     assert issubclass(error, PresdepError) and issubclass(error, ValueError)
-
-
-def test_old_import_paths_keep_working():
-    from presdep.report import run_reports, stability
-
-    assert run_reports.ReportError is ReportError and stability.StabilityError is StabilityError
-    for name in ("DEFAULT_RESAMPLES", "DEFAULT_SEED", "TABLE1_COLUMNS", "analyse_reports", "analyse_table1",
-                 "column_values", "kendall_tau_b", "paired_bootstrap", "presentation_sensitivity",
-                 "read_metrics", "write_stability_json", "write_table1_stability"):
-        assert hasattr(stability, name), name

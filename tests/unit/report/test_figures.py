@@ -13,7 +13,14 @@ import pytest
 from presdep.contracts.schemas import read_table, write_table
 from presdep.metrics.compute import build_blocks, compute_metrics, rerank_set_values, write_metrics
 from presdep.metrics.thresholds import write_thresholds
-from presdep.report.figures import figure1, figure1_from_files, pick_example, shown_ranks, stored_example, variant_points
+from presdep.report.figures import (
+    figure1,
+    figure1_from_files,
+    pick_example,
+    shown_ranks,
+    stored_example,
+    variant_points,
+)
 
 QRELS = pl.DataFrame(
     {"query_id": ["q1", "q1", "q2", "q2"], "doc_id": ["d1", "d2", "e1", "e2"], "relevance": [3, 1, 2, 1]},

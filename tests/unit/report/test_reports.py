@@ -8,9 +8,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from presdep.report.run_reports import ReportError, export_report, prompt_variant, read_report, reports_frame, task_cluster
 from presdep.contracts.columns import TABLE1_COLUMNS
 from presdep.report.metric_columns import column_values
+from presdep.report.run_reports import (
+    ReportError,
+    export_report,
+    prompt_variant,
+    read_report,
+    reports_frame,
+    task_cluster,
+)
 
 
 def dump(path, obj):

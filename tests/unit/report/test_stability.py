@@ -12,17 +12,14 @@ import polars as pl
 import pytest
 from scipy.stats import kendalltau
 
+from presdep.contracts.columns import TABLE1_COLUMNS
+from presdep.contracts.errors import StabilityError
 from presdep.contracts.schemas import write_table
-from presdep.report.stability import (
-    TABLE1_COLUMNS,
-    StabilityError,
-    analyse_table1,
-    kendall_tau_b,
-    paired_bootstrap,
-    presentation_sensitivity,
-    write_table1_stability,
-)
+from presdep.report.bootstrap import kendall_tau_b
+from presdep.report.rank_sensitivity import presentation_sensitivity
+from presdep.report.stability_analysis import analyse_table1, paired_bootstrap
 from presdep.report.stability_cli import register
+from presdep.report.stability_io import write_table1_stability
 from presdep.report.stability_svg import HEIGHT_PX, WIDTH_PX, render_stability_svg
 
 
@@ -388,7 +385,7 @@ def _write_reports(tmp_path, scores: dict[str, list[dict[str, float]]]) -> list[
 
 
 def test_report_input_counts_items_once_and_ranks_each_prompt_variant(tmp_path):
-    from presdep.report.stability import analyse_reports
+    from presdep.report.stability_io import analyse_reports
 
     rng = np.random.default_rng(21)
     ids = [f"t{i}-v{k}" for i in range(20) for k in (1, 2)]
@@ -419,7 +416,8 @@ def test_report_input_counts_items_once_and_ranks_each_prompt_variant(tmp_path):
 
 
 def test_report_input_without_variant_suffixes_says_why(tmp_path):
-    from presdep.report.stability import NO_PROMPT_VARIANT_REASON, analyse_reports
+    from presdep.report.stability_analysis import NO_PROMPT_VARIANT_REASON
+    from presdep.report.stability_io import analyse_reports
 
     runs = {"A": [{f"q{i}": 0.9 for i in range(5)}], "B": [{f"q{i}": 0.1 for i in range(5)}]}
     res = analyse_reports(_write_reports(tmp_path, runs), resamples=50)

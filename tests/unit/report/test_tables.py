@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 
 from presdep.config.records import Variant
-from presdep.report.tables import build_table1, bsc_curve, to_markdown, write_bsc_curve, write_table1
+from presdep.report.tables import bsc_curve, build_table1, to_markdown, write_bsc_curve, write_table1
 
 SCHEMA = {"dataset": pl.String, "task": pl.String, "variant": pl.String, "seed": pl.Int32,
           "perturbation": pl.String, "query_id": pl.String, "metric": pl.String, "value": pl.Float64}

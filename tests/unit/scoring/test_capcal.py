@@ -8,12 +8,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.presentations import stable_seed
 from presdep.contracts.schemas import read_metadata, read_table
 from presdep.scoring import GradeReadout
 from presdep.scoring.capcal import calibrate_probs, calibrate_scores, calibrate_scores_file, entropy_nats
 from presdep.scoring.run import score_dataset
-from presdep.config.records import Protocol, ScoringRun
 
 # A variant as the validated config hands it over (the schema's defaults filled in).
 V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 4, "capcal_beta": 1.0}
@@ -97,7 +97,7 @@ def test_capcal_rule_by_hand():
 
 def _off_the_shelf(tmp_path, cand, proto=PROTOCOL):
     src = tmp_path / "off_the_shelf.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "fake"}), protocol=Protocol.checked(proto), out_path=src,
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "fake"}), protocol=Protocol.checked(proto), out_path=src,
                   scorer=RecordingScorer())
     cpath = tmp_path / "candidates.parquet"
     cand.write_parquet(cpath)
@@ -110,7 +110,7 @@ def test_capcal_probes_only_and_matches_the_formula(tmp_path):
     out = tmp_path / "capcal.parquet"
     probe = RecordingScorer()
     calibrate_scores_file(source_path=src, candidates_path=cpath, out_path=out, dataset="toy",
-                          variant=ScoringRun.checked({**V, "scorer": "fake", "calibration": "capcal"}), protocol=Protocol.checked(PROTOCOL), scorer=probe)
+                          run=ScoringRun.checked({**V, "scorer": "fake", "calibration": "capcal"}), protocol=Protocol.checked(PROTOCOL), scorer=probe)
     # No document is read again: every prompt is a content-free probe, one per (query, prompt size).
     assert probe.prompts and all(all(d == "" for d in docs) for _, docs in probe.prompts)
     assert sorted((q, len(d)) for q, d in probe.prompts) == sorted(
@@ -139,17 +139,17 @@ def test_capcal_refuses_another_model_protocol_or_run(tmp_path):
     cand = make_candidates(2, 4)
     src, cpath = _off_the_shelf(tmp_path, cand)
     kw = dict(source_path=src, candidates_path=cpath, out_path=tmp_path / "c.parquet", dataset="toy",
-              variant=ScoringRun.checked({**V, "scorer": "fake", "calibration": "capcal"}))
+              run=ScoringRun.checked({**V, "scorer": "fake", "calibration": "capcal"}))
     with pytest.raises(ValueError, match="another model"):
         calibrate_scores_file(**kw, protocol=Protocol.checked(PROTOCOL), scorer=RecordingScorer("other"))
     with pytest.raises(ValueError, match="B: 3 there vs 4 here"):
         calibrate_scores_file(**kw, protocol=Protocol.checked({**PROTOCOL, "B": 4}), scorer=RecordingScorer())
     ident = tmp_path / "identity.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=ident)
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=ident)
     with pytest.raises(ValueError, match="needs grade probabilities"):
         calibrate_scores(read_table(ident, "scores"), dict(zip(cand["query_id"], cand["query"])), RecordingScorer())
     bsc = tmp_path / "bsc.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "fake", "bsc_k": 2}), protocol=Protocol.checked(PROTOCOL), out_path=bsc,
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "fake", "bsc_k": 2}), protocol=Protocol.checked(PROTOCOL), out_path=bsc,
                   scorer=RecordingScorer())
     with pytest.raises(ValueError, match="single-pass run"):
         calibrate_scores_file(**{**kw, "source_path": bsc}, protocol=Protocol.checked(PROTOCOL), scorer=RecordingScorer())

@@ -8,11 +8,11 @@ import polars as pl
 import pytest
 import torch
 
+from presdep.config.records import Protocol, ScoringRun
+from presdep.contracts.schemas import read_metadata, read_table
 from presdep.runtime import models
 from presdep.runtime.models import cpu_native_bf16, resolve_dtype, resolve_dtype_choice
-from presdep.contracts.schemas import read_metadata, read_table
 from presdep.scoring.run import score_dataset
-from presdep.config.records import Protocol, ScoringRun
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 2, "capcal_beta": 1.0,
@@ -99,7 +99,7 @@ def test_chosen_dtype_is_recorded(tmp_path, model_dir):
     want = "bfloat16" if native else "float32"
     for dtype, expected in (("auto", want), ("bfloat16", "bfloat16"), ("float32", "float32")):
         out = tmp_path / f"{dtype}.parquet"
-        score_dataset(cand, dataset="toy", variant=ScoringRun.checked(_variant(model_dir, dtype)), protocol=Protocol.checked(PROTO), out_path=out,
+        score_dataset(cand, dataset="toy", run=ScoringRun.checked(_variant(model_dir, dtype)), protocol=Protocol.checked(PROTO), out_path=out,
                       read_cache=tmp_path / "cache")
         meta = read_metadata(out)
         assert meta["dtype"] == meta["scorer"]["dtype"] == expected, dtype
@@ -121,7 +121,7 @@ def test_forced_float32_equals_a_direct_float32_readout(tmp_path, model_dir):
 
     cand = _candidates()
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(_variant(model_dir, "float32")), protocol=Protocol.checked(PROTO), out_path=out,
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked(_variant(model_dir, "float32")), protocol=Protocol.checked(PROTO), out_path=out,
                   read_cache=tmp_path / "cache")
     df = read_table(out, "scores")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from presdep.candidates.fixtures import query_subset
+from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.schemas import read_metadata, read_table
 from presdep.scoring.read_cache import ReadCache, entry_key
 from presdep.scoring.run import score_dataset
-from presdep.config.records import Protocol, ScoringRun
 
 V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 2, "capcal_beta": 1.0,
      "scorer": "transformers"}
@@ -73,7 +73,7 @@ def distinct_prompts(df: pl.DataFrame, query_ids=None) -> set[tuple[str, tuple[s
 
 def run(tiny, cand, out, cache_dir, variant=V, batch_size=3):
     sc = scorer_of(tiny, batch_size)
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(variant), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc, read_cache=cache_dir)
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc, read_cache=cache_dir)
     return sc
 
 
@@ -97,7 +97,7 @@ def test_entries_round_trip_bit_for_bit(tmp_path):
 def test_hit_is_bit_identical_and_reads_nothing(tmp_path, tiny):
     cand = candidates(3)
     plain = scorer_of(tiny)
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(V), protocol=Protocol.checked(PROTO), out_path=tmp_path / "plain.parquet", scorer=plain)
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked(V), protocol=Protocol.checked(PROTO), out_path=tmp_path / "plain.parquet", scorer=plain)
     cold = run(tiny, cand, tmp_path / "cold.parquet", tmp_path / "cache")
     warm = run(tiny, cand, tmp_path / "warm.parquet", tmp_path / "cache")
     ref = read_table(tmp_path / "plain.parquet", "scores")
@@ -216,7 +216,7 @@ KILLED = textwrap.dedent(
               model_identity={"test": "killed"})
     v = {"scorer": "transformers", "chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 2}
     proto = {"seed": 7, "M": 2, "B": 2, "perturbations": ["random_shuffle"], "max_doc_chars": 60}
-    score_dataset(pl.read_parquet(cand), dataset="toy", variant=ScoringRun.checked(v), protocol=Protocol.checked(proto), out_path=out, scorer=sc,
+    score_dataset(pl.read_parquet(cand), dataset="toy", run=ScoringRun.checked(v), protocol=Protocol.checked(proto), out_path=out, scorer=sc,
                   read_cache=cache)
     print(sc.prompts_read)
     """
@@ -258,7 +258,7 @@ def test_one_prompt_per_pass_makes_scores_independent_of_the_cache(tmp_path, tin
     rr = {**V, "chunking": "round_robin"}
     for name, v in (("ots", V), ("rr", rr)):
         sc = scorer_of(tiny, batch_size=1)
-        score_dataset(cand, dataset="toy", variant=ScoringRun.checked(v), protocol=Protocol.checked(PROTO), out_path=tmp_path / f"plain-{name}.parquet",
+        score_dataset(cand, dataset="toy", run=ScoringRun.checked(v), protocol=Protocol.checked(PROTO), out_path=tmp_path / f"plain-{name}.parquet",
                       scorer=sc)
     run(tiny, cand, tmp_path / "ots.parquet", tmp_path / "cache", batch_size=1)
     second = run(tiny, cand, tmp_path / "rr.parquet", tmp_path / "cache", variant=rr, batch_size=1)
@@ -279,7 +279,7 @@ def test_weights_load_only_on_a_cache_miss(tmp_path, tiny):
     def lazy(cand, out):
         sc = TransformersScorer(None, tok, model_loader=lambda: loads.append(1) or model, device="cpu",
                                 dtype=torch.float32, max_doc_chars=60, batch_size=3, model_identity=IDENT["model"])
-        prof = score_dataset(cand, dataset="toy", variant=ScoringRun.checked(V), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc,
+        prof = score_dataset(cand, dataset="toy", run=ScoringRun.checked(V), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc,
                              read_cache=tmp_path / "cache")
         return sc, prof
 

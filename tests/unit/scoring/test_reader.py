@@ -12,7 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 import torch
+from kill_utils import kill_then_resume
 
+from presdep.contracts.schemas import read_metadata, read_table, write_table
 from presdep.scoring.reader import (
     READER_PROMPT_SHA256,
     FrozenReader,
@@ -22,8 +24,6 @@ from presdep.scoring.reader import (
     render_prompt,
     top_k_contexts,
 )
-from presdep.contracts.schemas import read_metadata, read_table, write_table
-from kill_utils import kill_then_resume
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -10,13 +10,13 @@ import polars as pl
 import pytest
 import torch
 
+from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.schemas import read_table
 from presdep.scoring.backends import TransformersScorer
 from presdep.scoring.capcal import calibrate_probs, calibrate_scores
 from presdep.scoring.readout import grade_probs
 from presdep.scoring.run import score_dataset
 from presdep.scoring.template import GradeTokenError, SkeletonBuilder, grade_token_ids, load_template, prepare_doc
-from presdep.config.records import Protocol, ScoringRun
 
 # A variant as the validated config hands it over (the schema's defaults filled in).
 V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 4, "capcal_beta": 1.0}
@@ -188,7 +188,7 @@ def test_score_dataset_with_tiny_model(tmp_path, scorer):
                         orient="row")
     out = tmp_path / "s.parquet"
     proto = {"seed": 1, "M": 2, "B": 2, "perturbations": ["random_shuffle"], "max_doc_chars": 80}
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "transformers"}), protocol=Protocol.checked(proto), out_path=out, scorer=scorer)
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "transformers"}), protocol=Protocol.checked(proto), out_path=out, scorer=scorer)
     df = read_table(out, "scores")
     # Every presentation holds each candidate exactly once, positions 0..n-1.
     for (_, _, qid), g in df.group_by("perturbation", "presentation", "query_id"):
@@ -210,7 +210,7 @@ def test_capcal_on_a_tiny_model_reads_only_probes(tmp_path, scorer):
     cand = pl.DataFrame({"query_id": ["q"] * 3, "query": ["query one"] * 3, "doc_id": ["a", "b", "c"],
                          "doc": DOCS[:3], "first_stage_rank": [1, 2, 3], "first_stage_score": [3.0, 2.0, 1.0]})
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "transformers"}),
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "transformers"}),
                   protocol=Protocol.checked({"seed": 0, "M": 1, "B": 4, "perturbations": ["random_shuffle"], "max_doc_chars": 80}),
                   out_path=out, scorer=scorer)
     raw = read_table(out, "scores").sort("perturbation", "slot")
@@ -270,7 +270,7 @@ def test_dataset_rubric_and_instruction_reach_the_prompt_and_metadata(tmp_path, 
     cand = pl.DataFrame({"query_id": ["q"] * 2, "query": ["query one"] * 2, "doc_id": ["a", "b"], "doc": DOCS[:2],
                          "first_stage_rank": [1, 2], "first_stage_score": [2.0, 1.0]})
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "transformers"}),
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "transformers"}),
                   protocol=Protocol.checked({"seed": 0, "M": 1, "B": 2, "perturbations": [], "max_doc_chars": 80}),
                   out_path=out, scorer=qa)
     meta = read_metadata(out)

@@ -11,9 +11,8 @@ import polars as pl
 import pytest
 from scorers_tiny import VARIANT, fixture, instability_values, local_model, protocol, score_then_metrics, tiny_causal_lm
 
-from presdep.scoring.generative_listwise import (GenerativeListwiseScorer, parse_strict, repair, window_messages,
-                                                 windows)
 from presdep.config.records import PromptSettings, ScoringRun
+from presdep.scoring.generative_listwise import GenerativeListwiseScorer, parse_strict, repair, window_messages, windows
 
 
 def test_parse_is_strict():

@@ -12,8 +12,8 @@ import importlib.util
 import pytest
 import torch
 from scorers_tiny import VARIANT, local_model, tiny_causal_lm
-from presdep.config.records import PromptSettings, ScoringRun
 
+from presdep.config.records import PromptSettings, ScoringRun
 
 QUERY = "what is the river"
 DOCS = ["the river runs to the ocean", "a lemon tree", "stone and cloud", "tiger by the river bank"]

@@ -14,11 +14,18 @@ from __future__ import annotations
 import polars as pl
 import pytest
 import torch
-from scorers_tiny import (VARIANT, instability_values, local_model, protocol, score_then_metrics, tiny_jina_stub,
-                          tiny_pairrm)
+from scorers_tiny import (
+    VARIANT,
+    instability_values,
+    local_model,
+    protocol,
+    score_then_metrics,
+    tiny_jina_stub,
+    tiny_pairrm,
+)
 
-from presdep.scoring.pairrm import DebertaV2PairRM, pair_ids
 from presdep.config.records import PromptSettings, ScoringRun
+from presdep.scoring.pairrm import DebertaV2PairRM, pair_ids
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,19 @@ from __future__ import annotations
 import polars as pl
 import pytest
 import torch
-from scorers_tiny import (VARIANT, char_tokenizer, instability_values, local_model, protocol, score_then_metrics,
-                          tiny_causal_lm, tiny_seq_cls)
+from scorers_tiny import (
+    VARIANT,
+    char_tokenizer,
+    instability_values,
+    local_model,
+    protocol,
+    score_then_metrics,
+    tiny_causal_lm,
+    tiny_seq_cls,
+)
 
-from presdep.scoring.pointwise import MXBAI_TASK, mxbai_prompt
 from presdep.config.records import PromptSettings, ScoringRun
+from presdep.scoring.pointwise import MXBAI_TASK, mxbai_prompt
 
 
 @pytest.fixture(scope="module")

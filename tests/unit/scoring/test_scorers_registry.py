@@ -99,7 +99,7 @@ def test_hosted_scorer_from_a_config_through_score_dataset(tmp_path, monkeypatch
         cand, qrels = fixture(2, 4)
         out = tmp_path / "scores.parquet"
         # the workflow's own records: the variant as the config built it, the dataset's protocol
-        score_dataset(cand, dataset="d", variant=ScoringRun(cfg.variants["gpt"]), protocol=cfg.datasets["d"].protocol,
+        score_dataset(cand, dataset="d", run=ScoringRun(cfg.variants["gpt"]), protocol=cfg.datasets["d"].protocol,
                       out_path=out, qrels=qrels)
     scores = read_table(out, "scores")
     # the server's good reply grades slot i as i % 4: the score is the integer grade of the presented slot

@@ -11,15 +11,14 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from kill_utils import kill_then_resume
 
+from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.presentations import chunk_positions, random_shuffle, shuffle_seed, stable_seed
 from presdep.contracts.schemas import read_metadata, read_table
 from presdep.scoring import GradeReadout
 from presdep.scoring.run import score_dataset
 from presdep.scoring.template import load_template
-from kill_utils import kill_then_resume
-from presdep.config.records import Protocol, ScoringRun
-
 
 # A variant as the validated config hands it over (the schema's defaults filled in).
 V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 4, "capcal_beta": 1.0}
@@ -69,7 +68,7 @@ class SlotTextScorer:
 def test_identity_rows_and_contract(tmp_path):
     cand = make_candidates()
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=out)
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=out)
     df = read_table(out, "scores")
     n_q, n_d, m = 4, 7, PROTOCOL["M"]
     assert df.height == n_q * n_d * (1 + 2 * m)
@@ -102,7 +101,7 @@ def test_prompts_slots_and_texts(tmp_path, chunking):
     cand = make_candidates(2, 8)
     scorer = SlotTextScorer()
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "fake", "chunking": chunking}), protocol=Protocol.checked(PROTOCOL),
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "fake", "chunking": chunking}), protocol=Protocol.checked(PROTOCOL),
                   out_path=out, scorer=scorer)
     df = read_table(out, "scores")
     seen = list(scorer.prompts)
@@ -139,7 +138,7 @@ def test_bsc_stores_raw_scores_of_e_times_k_shuffles(tmp_path):
     k, e = 3, 2
     out = tmp_path / "s.parquet"
     proto = {**PROTOCOL, "perturbations": ["random_shuffle"]}  # M = 3 is not used by BSC
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "fake", "bsc_k": k, "bsc_ensembles": e}), protocol=Protocol.checked(proto),
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "fake", "bsc_k": k, "bsc_ensembles": e}), protocol=Protocol.checked(proto),
                   out_path=out, scorer=SlotTextScorer())
     df = read_table(out, "scores")
     shuffles = df.filter(pl.col("perturbation") == "random_shuffle")
@@ -171,7 +170,7 @@ def test_round_robin_changes_only_the_first_stage_pass(tmp_path):
     frames = {}
     for chunking in ("contiguous", "round_robin"):
         out = tmp_path / f"{chunking}.parquet"
-        score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "fake", "chunking": chunking}), protocol=Protocol.checked(proto),
+        score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "fake", "chunking": chunking}), protocol=Protocol.checked(proto),
                       out_path=out, scorer=SlotTextScorer())
         frames[chunking] = read_table(out, "scores")
     shuf = [f.filter(pl.col("perturbation") == "random_shuffle") for f in frames.values()]
@@ -196,7 +195,7 @@ def test_middle_injection_and_skip(tmp_path, caplog):
     qrels = pl.DataFrame({"query_id": ["q0", "q0", "q1", "q2"], "doc_id": ["q0d05", "q0d03", "q1d02", "q2d01"],
                           "relevance": [2, 2, 0, 1]}).with_columns(pl.col("relevance").cast(pl.Int32))
     out = tmp_path / "s.parquet"
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "identity"}),
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}),
                   protocol=Protocol.checked({**PROTOCOL, "perturbations": ["middle_injection"]}), out_path=out, qrels=qrels)
     df = read_table(out, "scores").filter(pl.col("perturbation") == "middle_injection")
     assert sorted(df["query_id"].unique().to_list()) == ["q0", "q2"]  # q1 has no relevant doc
@@ -209,28 +208,28 @@ def test_middle_injection_and_skip(tmp_path, caplog):
     assert read_metadata(out)["middle_injection_skipped"] == ["q1"]
     assert "middle_injection skipped for 1 of 3" in caplog.text
     with pytest.raises(ValueError, match="needs qrels"):
-        score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "identity"}),
+        score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}),
                       protocol=Protocol.checked({**PROTOCOL, "perturbations": ["middle_injection"]}), out_path=out)
 
 
 def test_bad_inputs(tmp_path):
     cand = make_candidates(1, 3)
     with pytest.raises(ValueError, match="perturbations"):
-        score_dataset(cand, dataset="t", variant=ScoringRun.checked({**V, "scorer": "identity"}),
+        score_dataset(cand, dataset="t", run=ScoringRun.checked({**V, "scorer": "identity"}),
                       protocol=Protocol.checked({**PROTOCOL, "perturbations": ["nope"]}), out_path=tmp_path / "x.parquet")
     with pytest.raises(ValueError, match="unknown scorer"):
-        score_dataset(cand, dataset="t", variant=ScoringRun.checked({**V, "scorer": "nope"}), protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
+        score_dataset(cand, dataset="t", run=ScoringRun.checked({**V, "scorer": "nope"}), protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
     dup = pl.concat([cand, cand.head(1)])
     with pytest.raises(ValueError, match="duplicate"):
-        score_dataset(dup, dataset="t", variant=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
+        score_dataset(dup, dataset="t", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
     with pytest.raises(ValueError, match="bsc_ensembles"):
-        score_dataset(cand, dataset="t", variant=ScoringRun.checked({**V, "scorer": "identity", "bsc_k": 2, "bsc_ensembles": 0}),
+        score_dataset(cand, dataset="t", run=ScoringRun.checked({**V, "scorer": "identity", "bsc_k": 2, "bsc_ensembles": 0}),
                       protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
     with pytest.raises(ValueError, match=r"variant lacks \['chunking'\]"):
-        score_dataset(cand, dataset="t", variant=ScoringRun.checked({k: x for k, x in {**V, "scorer": "identity"}.items() if k != "chunking"}),
+        score_dataset(cand, dataset="t", run=ScoringRun.checked({k: x for k, x in {**V, "scorer": "identity"}.items() if k != "chunking"}),
                       protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
     with pytest.raises(ValueError, match="recalibrates another variant"):
-        score_dataset(cand, dataset="t", variant=ScoringRun.checked({**V, "scorer": "identity", "calibration": "capcal"}),
+        score_dataset(cand, dataset="t", run=ScoringRun.checked({**V, "scorer": "identity", "calibration": "capcal"}),
                       protocol=Protocol.checked(PROTOCOL), out_path=tmp_path / "x.parquet")
 
 
@@ -254,7 +253,7 @@ SLOW_RUN = textwrap.dedent(
     proto = {"seed": 5, "M": 2, "B": 3, "perturbations": ["random_shuffle", "within_chunk"], "max_doc_chars": 40}
     scorer = Slow()
     variant = {"scorer": "identity", "chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 4}
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked(variant), protocol=Protocol.checked(proto),
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant), protocol=Protocol.checked(proto),
                   out_path=sys.argv[2], scorer=scorer)
     print(scorer.calls)
     """
@@ -289,7 +288,7 @@ def test_stale_partial_is_discarded(tmp_path):
     (partial / "fingerprint.json").write_text("{}")
     # A poisoned leftover for q0 must not be reused under a different fingerprint.
     pl.DataFrame({"x": [1]}).write_ipc(partial / "q-bogus.arrow")
-    score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=out)
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL), out_path=out)
     assert read_table(out, "scores").height == 2 * 4 * 7
     assert not partial.exists()
 
@@ -312,7 +311,7 @@ def test_identity_first_stage_pass_on_dl19_gives_the_bm25_ndcg(tmp_path, shared_
     cand = read_rank_llm_json(shared_data / "trec-dl19" / "bm25_retrieve_results_dl19_top100.json")
     qrels = read_qrels(shared_data / "trec-dl19" / "qrels.dl19-passage.txt")
     out = tmp_path / "dl19.parquet"
-    score_dataset(cand, dataset="dl19", variant=ScoringRun.checked({**V, "scorer": "identity"}),
+    score_dataset(cand, dataset="dl19", run=ScoringRun.checked({**V, "scorer": "identity"}),
                   protocol=Protocol.checked({"seed": 4401, "M": 2, "B": 20, "perturbations": ["random_shuffle"], "max_doc_chars": 1200}),
                   out_path=out)
     first = read_table(out, "scores").filter(pl.col("perturbation") == "first_stage")
@@ -350,7 +349,7 @@ def test_default_profile_sums_benchmarks_logs_and_cache_counts(tmp_path, caplog)
     # One real score job's log line, and a job of another scorer written by hand.
     cand = make_candidates(2, 4)
     with caplog.at_level(logging.INFO, logger="presdep.scoring.run"):
-        got = score_dataset(cand, dataset="toy", variant=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL),
+        got = score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=Protocol.checked(PROTOCOL),
                             out_path=tmp_path / "results" / "scores" / "bm25" / "toy.parquet", startup_s=1.5)
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("profile "))
     assert json.loads(line[len("profile "):]) == got and got["startup_s"] == 1.5 and got["queries"] == 2

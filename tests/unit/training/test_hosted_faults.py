@@ -20,11 +20,11 @@ import polars as pl
 import pytest
 from fault_server import FaultServer, hosted_spec
 
+from presdep.config.records import Protocol, Teacher
 from presdep.contracts.schemas import read_metadata, read_table, write_table
 from presdep.training.hosted import HostedFailure, HostedGrader, HostedScorer, failure_gate
 from presdep.training.hosted_net import normalise_endpoint, register_secret, scrub
 from presdep.training.silver import silver_labels_files
-from presdep.config.records import Protocol, Teacher
 
 SECRET = "sk-presdep-test-" + hashlib.sha256(b"still not a real key").hexdigest()[:24]
 

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from fault_server import FaultServer, hosted_spec
 
+from presdep.config.records import Protocol, Teacher
 from presdep.contracts.schemas import read_metadata, read_table, write_table
 from presdep.training.hosted import (
     GradeParseError,
@@ -27,7 +28,6 @@ from presdep.training.hosted import (
     parse_grades,
 )
 from presdep.training.silver import silver_labels_files
-from presdep.config.records import Protocol, Teacher
 
 SECRET = "sk-presdep-test-" + hashlib.sha256(b"not a real key").hexdigest()[:24]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from presdep.training.select import SelectionAbstained, adapter_for, select_lambda, select_lambda_files
+from presdep.contracts.selection import adapter_for
+from presdep.training.select import SelectionAbstained, select_lambda, select_lambda_files
 
 
 def fake_run(root: Path, lam: float, seed: int, curve: dict[int, list[float]], std: dict[int, float] | None = None):

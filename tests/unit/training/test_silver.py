@@ -6,12 +6,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from fault_server import hosted_spec
+
+from presdep.config.records import Protocol, Teacher
 from presdep.contracts.schemas import read_metadata, read_table, write_table
 from presdep.scoring import GradeReadout
 from presdep.training.silver import silver_labels, silver_labels_files, teacher_orders
-from presdep.config.records import Protocol, Teacher
 
 
 def protocol(**settings) -> Protocol:

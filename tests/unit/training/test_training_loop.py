@@ -24,8 +24,8 @@ import torch
 import yaml
 
 from presdep.config import SCHEMA_PATH
-from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.config.records import TrainingSettings
+from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.training.loop import batch_for_step, latest_checkpoint, train_student
 from presdep.training.lora import add_lora, tiny_causal_lm
 from presdep.training.objectives import Objective, TrainItem
