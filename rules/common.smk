@@ -3,6 +3,7 @@ from pathlib import Path
 
 import presdep
 from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, thaw
+from presdep.config.departures import departures
 from presdep.config.wildcards import alternatives
 
 # A --configfile's datasets/variants/synthetic replace the embedded default's. Validation

@@ -1,6 +1,6 @@
 # Reader: a frozen chat model answers each QA question from each presentation's
 # top-k paragraphs by score, in score order (no threshold).
-# Config: `reader: {model: <name in models>, k, max_new_tokens, batch_size, device, dtype}`.
+# Config: `reader: {model: <name in models>, k, max_new_tokens, batch_size, device, dtype, answer_extraction}`.
 
 QA_DATASETS = CFG.datasets_of_task("qa")
 READER = thaw(CFG.reader)

@@ -16,6 +16,7 @@ rule table1:
     params:
         variants=CFG.variants_table(),
         skipped_datasets=thaw(CFG.skipped_datasets),
+        departures=departures(CFG),
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"

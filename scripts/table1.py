@@ -12,4 +12,5 @@ write_table1(
     snakemake.output.md,  # noqa: F821
     snakemake.output.counts,  # noqa: F821
     skipped_datasets=p.skipped_datasets,
+    departures=p.departures,
 )

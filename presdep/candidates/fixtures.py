@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
+from presdep.config.query_lists import QueryList
 from presdep.config.records import Dataset, thaw
 from presdep.contracts.errors import InputFormatError, InvalidInput
 from presdep.contracts.presentations import random_shuffle, stable_seed
@@ -78,19 +80,24 @@ def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
 QUERY_SUBSET_RULE = "seeded_sample"
 
 
-def query_subset(query_ids: Sequence[str], n: int | None, *, seed: int, dataset: str) -> list[str]:
-    """The queries a dataset is evaluated on: the ONE subset rule of every format.
+def query_subset(query_ids: Sequence[str], n: int | None, *, seed: int, dataset: str,
+                 listed: Collection[str] = ()) -> list[str]:
+    """The queries a dataset is evaluated on: the ONE subset rule of every format (not the
+    paper's: it evaluates every judged query; Table 1's note says when a run sampled).
 
     All distinct ids are sorted (so file order never matters), shuffled with a seed from
     (``seed``, dataset), and the first ``n`` kept; returned sorted. Growing ``n`` keeps
-    every query an smaller ``n`` chose, so a larger run only adds queries.
+    every query an smaller ``n`` chose, so a larger run only adds queries. Queries on the
+    dataset's shuffle list (``listed``) come first, so a small sample still has shuffles.
     """
     ids = sorted(set(map(str, query_ids)))
     if n is None or n >= len(ids):
         return ids
     if n < 1:
         raise InvalidInput(f"dataset {dataset!r}: max_queries must be >= 1, got {n}")
-    return sorted(random_shuffle(ids, stable_seed(int(seed), "query_subset", dataset))[:n])
+    order = random_shuffle(ids, stable_seed(int(seed), "query_subset", dataset))
+    listed = set(listed)
+    return sorted(([q for q in order if q in listed] + [q for q in order if q not in listed])[:n])
 
 
 def build_fixture(
@@ -116,11 +123,36 @@ def build_fixture(
         cands = check_candidates(cands, where)
     else:
         cands = check_candidates(load_candidates(source, first_stage), where)
+    population = None
+    plist = QueryList.from_spec(ds_config.get("population_queries"), where=f"datasets.{dataset}.population_queries")
+    if plist is not None:
+        ids = plist.ids()
+        have = set(cands["query_id"].unique().to_list())
+        absent = sorted(set(ids) - have)
+        if len(absent) == len(ids):
+            raise InputFormatError(where, "whole file", f"the query ids of population list {plist.name!r} "
+                                   f"({plist.file}); none of its {len(ids)} ids is here (e.g. {ids[0]!r})")
+        if absent:
+            log.warning("%s: %d of the %d ids on population list %r have no candidates (e.g. %s)",
+                        dataset, len(absent), len(ids), plist.name, absent[0])
+        cands = cands.filter(pl.col("query_id").is_in(list(ids)))
+        population = {**plist.as_dict(), "ids": len(ids), "of": len(have), "absent": absent}
+        log.info("%s: population list %s keeps %d of %d queries", dataset, plist.name, len(ids) - len(absent), len(have))
     all_queries = cands["query_id"].unique().to_list()
-    keep = query_subset(all_queries, ds_config.get("max_queries"), seed=seed, dataset=dataset)
+    qlist = record.protocol.shuffle_queries
+    listed = qlist.ids() if qlist is not None else ()
+    keep = query_subset(all_queries, ds_config.get("max_queries"), seed=seed, dataset=dataset, listed=listed)
     cands = cands.filter(pl.col("query_id").is_in(keep))
     subset = {"rule": QUERY_SUBSET_RULE, "seed": int(seed), "max_queries": ds_config.get("max_queries"),
               "queries": len(keep), "of": len(all_queries)}
+    shuffle_list = None
+    if qlist is not None:
+        absent = sorted(set(listed) - set(all_queries))
+        if absent:
+            log.warning("%s: %d of the %d ids on shuffle list %r have no candidates (e.g. %s)",
+                        dataset, len(absent), len(listed), qlist.name, absent[0])
+        shuffle_list = {**qlist.as_dict(), "ids": len(listed), "in_fixture": len(set(listed) & set(keep)),
+                        "absent": absent}
     if len(keep) < len(all_queries):
         log.info("%s: evaluating a seeded sample of %d of %d queries (seed %d)", dataset, len(keep), len(all_queries), seed)
     if ds_config.get("qrels"):
@@ -146,7 +178,7 @@ def build_fixture(
     if qrels.height == 0:
         raise InputFormatError(qrels_path, "whole file", f"no judgement matches a query of dataset {dataset!r}")
     meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged),
-            "query_subset": subset}
+            "query_subset": subset, "shuffle_queries": shuffle_list, "population_queries": population}
     write_table(cands, out_candidates, "candidates", params, **meta)
     write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)
     if out_gold is not None:

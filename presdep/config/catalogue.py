@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from presdep.config.query_lists import QueryList
 from presdep.config.records import Dataset, thaw
 from presdep.config.wildcards import alternatives
 from presdep.contracts.errors import InvalidInput, PresdepError
@@ -26,6 +27,7 @@ CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 DATASETS_DIR = "resources/datasets"
 ENTRY_KEYS = ("name", "task", "population", "source", "first_stage", "instruction", "rubric",
               "max_doc_chars", "max_length", "B", "licence", "availability")
+QUERY_LIST_KEYS = ("shuffle_queries", "population_queries")
 SOURCE_KINDS = ("pyserini_prebuilt", "hf_datasets", "url", "irds", "user_supplied")
 AVAILABILITY = ("public", "gated", "proprietary")
 POPULATIONS = {"rerank": "rerank", "qa": "qa", "response": "response"}
@@ -40,19 +42,41 @@ class CatalogueError(PresdepError, ValueError):
 
 
 def load_catalogue(path: str | Path = CATALOGUE_PATH) -> dict[str, dict]:
-    """``{"datasets": {...}, "training_pools": {...}}``, every entry checked."""
+    """``{"datasets": {...}, "training_pools": {...}, "query_lists": {...}}``, every entry checked
+    (each shipped query list against its sha256 and id count)."""
     with open(path, encoding="utf-8") as fh:
         data = yaml.safe_load(fh) or {}
     problems = []
+    lists = data.get("query_lists") or {}
+    if not isinstance(lists, dict):
+        problems.append(f"{path}: 'query_lists' must be a mapping of name -> {{sha256, ids, published}}")
+        lists = {}
+    for name, entry in lists.items():
+        problems += [f"{path}: query_lists.{name}: {p}" for p in check_query_list(name, entry)]
     for section in ("datasets", "training_pools"):
         if not isinstance(data.get(section), dict):
             problems.append(f"{path}: '{section}' must be a mapping of id -> entry")
             continue
         for cid, entry in data[section].items():
             problems += [f"{path}: {section}.{cid}: {p}" for p in check_entry(entry, pool=section == "training_pools")]
+            for key in QUERY_LIST_KEYS:
+                named = entry.get(key) if isinstance(entry, Mapping) else None
+                if named is not None and named not in lists:
+                    problems.append(f"{path}: {section}.{cid}: {key} {named!r} is not in query_lists ({sorted(lists)})")
     if problems:
         raise CatalogueError("invalid catalogue:\n  " + "\n  ".join(problems))
-    return {"datasets": data["datasets"], "training_pools": data["training_pools"]}
+    return {"datasets": data["datasets"], "training_pools": data["training_pools"], "query_lists": lists}
+
+
+def check_query_list(name: str, entry: Any) -> list[str]:
+    """A shipped list: its file exists, matches its sha256 and holds ``ids`` distinct ids."""
+    if not isinstance(entry, Mapping) or not {"sha256", "ids", "published"} <= set(entry):
+        return ["needs sha256, ids and published {repository, path, commit}"]
+    try:
+        ids = QueryList(name=name, sha256=entry["sha256"]).ids()
+    except PresdepError as exc:
+        return [str(exc)]
+    return [] if len(ids) == entry["ids"] else [f"the file holds {len(ids)} ids, the catalogue says {entry['ids']}"]
 
 
 def check_entry(entry: Mapping[str, Any], *, pool: bool) -> list[str]:
@@ -168,6 +192,13 @@ def skip_reason(entry: Mapping[str, Any], local: Mapping[str, Any] | None) -> st
     return None
 
 
+def _query_lists(entry: Mapping[str, Any], lists: Mapping[str, Any]) -> dict:
+    """The entry's fixed lists as dataset keys: ``shuffle_queries`` (the queries whose shuffles are
+    scored) and ``population_queries`` (the only queries evaluated), each ``{list, sha256}``."""
+    return {key: {"list": entry[key], "sha256": lists[entry[key]]["sha256"]}
+            for key in QUERY_LIST_KEYS if entry.get(key)}
+
+
 def _expanded(cid: str, entry: Mapping[str, Any], kind: str, split: str | None) -> dict:
     out: dict[str, Any] = {
         "task": entry["task"], "B": entry["B"], "max_doc_chars": entry["max_doc_chars"],
@@ -265,6 +296,7 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
             expanded = _expanded(cid, entry, "beir" if kind == "beir" else "ranked_or_qa", split)
         if pool:
             expanded["role"] = "train" if split == "train" else "heldout"
+        expanded.update(_query_lists(entry, catalogue.get("query_lists") or {}))
         expanded.update({k: v for k, v in spec.items() if k not in ("from_catalogue", "local_path")})
         expanded["from_catalogue"] = cid
         if local is not None:

@@ -6,15 +6,17 @@ was filled by the schema before, so no record restates one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
+from presdep.config.query_lists import QueryList
 from presdep.config.schema_enums import entry_enum
 from presdep.config.scorers import Capabilities, scorer_entry
 from presdep.contracts.errors import ConfigError, InvalidInput
-from presdep.contracts.presentations import CHUNKINGS, PERTURBATIONS
+from presdep.contracts.presentations import CHUNKINGS, PAPER_SHUFFLE_RULE, PERTURBATIONS, SHUFFLE_RULES
 from presdep.contracts.tasks import TASKS
 
 # ----------------------------------------------------------------- typed records
@@ -50,7 +52,7 @@ class PromptSettings:
     rubric: str | None = None
 
     @classmethod
-    def checked(cls, m: Mapping[str, Any]) -> "PromptSettings":
+    def checked(cls, m: Mapping[str, Any]) -> PromptSettings:
         """From a library caller's mapping (unknown keys refused)."""
         extra = sorted(set(m) - {"max_doc_chars", "instruction", "rubric"})
         if extra:
@@ -63,7 +65,11 @@ class PromptSettings:
 
 @dataclass(frozen=True)
 class Protocol:
-    """The evaluation protocol of ONE dataset: the dataset's own settings over the global ones."""
+    """The evaluation protocol of ONE dataset: the dataset's own settings over the global ones.
+
+    ``shuffle_rule``: how random shuffle m is drawn (presdep.contracts.presentations);
+    ``shuffle_queries``: the fixed list of queries whose shuffles are scored (None: all).
+    """
 
     seed: int
     M: int
@@ -72,6 +78,8 @@ class Protocol:
     perturbations: tuple[str, ...]
     instruction: str | None = None
     rubric: str | None = None
+    shuffle_rule: str = PAPER_SHUFFLE_RULE
+    shuffle_queries: QueryList | None = None
 
     @property
     def prompt(self) -> PromptSettings:
@@ -79,16 +87,20 @@ class Protocol:
 
     def as_dict(self) -> dict:
         return {"seed": self.seed, "M": self.M, "B": self.B, "max_doc_chars": self.max_doc_chars,
-                "perturbations": list(self.perturbations), "instruction": self.instruction, "rubric": self.rubric}
+                "perturbations": list(self.perturbations), "instruction": self.instruction, "rubric": self.rubric,
+                "shuffle_rule": self.shuffle_rule,
+                "shuffle_queries": self.shuffle_queries.as_dict() if self.shuffle_queries else None}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Protocol":
+    def from_dict(cls, d: Mapping[str, Any]) -> Protocol:
         """Rebuilt from :meth:`as_dict` (a job's params): already validated, not checked again."""
         return cls(seed=d["seed"], M=d["M"], B=d["B"], max_doc_chars=d["max_doc_chars"],
-                   perturbations=tuple(d["perturbations"]), instruction=d.get("instruction"), rubric=d.get("rubric"))
+                   perturbations=tuple(d["perturbations"]), instruction=d.get("instruction"), rubric=d.get("rubric"),
+                   shuffle_rule=d.get("shuffle_rule", PAPER_SHUFFLE_RULE),
+                   shuffle_queries=QueryList.from_dict(d.get("shuffle_queries")))
 
     @classmethod
-    def checked(cls, p: Mapping[str, Any]) -> "Protocol":
+    def checked(cls, p: Mapping[str, Any]) -> Protocol:
         """From a library caller's mapping: every check the schema makes for the workflow."""
         for key in ("seed", "M", "B", "perturbations", "max_doc_chars"):
             if key not in p:
@@ -104,6 +116,16 @@ class Protocol:
             raise InvalidInput(f"protocol perturbations {perts} must be distinct names from {PERTURBATIONS}")
         if p["M"] < 1 and ({"random_shuffle", "within_chunk"} & set(perts)):
             raise InvalidInput("protocol M must be >= 1 for random_shuffle / within_chunk")
+        rule = p.get("shuffle_rule", PAPER_SHUFFLE_RULE)
+        if rule not in SHUFFLE_RULES:
+            raise InvalidInput(f"protocol shuffle_rule {rule!r} is not one of {SHUFFLE_RULES}")
+        sq = p.get("shuffle_queries")
+        if sq is not None and not isinstance(sq, (Mapping, QueryList)):
+            raise InvalidInput(f"protocol shuffle_queries must be a query list record or mapping, got {sq!r}")
+        if isinstance(sq, Mapping) and "name" not in sq:
+            sq = QueryList.from_spec(sq, where="protocol shuffle_queries")
+        if isinstance(sq, QueryList):
+            p = {**p, "shuffle_queries": sq.as_dict()}
         return cls.from_dict(p)
 
 
@@ -121,14 +143,14 @@ class Dataset:
     spec: Mapping[str, Any] = field(repr=False)  # the whole validated entry
 
     @classmethod
-    def from_spec(cls, name: str, spec: Mapping[str, Any], protocol: Protocol) -> "Dataset":
+    def from_spec(cls, name: str, spec: Mapping[str, Any], protocol: Protocol) -> Dataset:
         """From a validated entry and its resolved protocol (a job's params): not checked again."""
         spec = _freeze(spec)
         return cls(name=name, task=spec["task"], role=spec["role"], protocol=protocol,
                    max_queries=spec.get("max_queries"), spec=spec)
 
     @classmethod
-    def checked(cls, name: str, spec: Mapping[str, Any], protocol: Protocol) -> "Dataset":
+    def checked(cls, name: str, spec: Mapping[str, Any], protocol: Protocol) -> Dataset:
         """From a library caller's mapping: a known task, a candidates source and a protocol."""
         if spec.get("task") not in TASKS:
             raise InvalidInput(f"dataset {name!r}: task {spec.get('task')!r} not in {TASKS}")
@@ -200,12 +222,12 @@ class Variant:
         return thaw(self.spec)
 
     @classmethod
-    def from_spec(cls, name: str, spec: Mapping[str, Any]) -> "Variant":
+    def from_spec(cls, name: str, spec: Mapping[str, Any]) -> Variant:
         """From a validated entry (the config, or a job's params built from it): not checked again."""
         return _variant(name, _freeze(spec))
 
     @classmethod
-    def checked(cls, spec: Mapping[str, Any], name: str | None = None) -> "Variant":
+    def checked(cls, spec: Mapping[str, Any], name: str | None = None) -> Variant:
         """From a library caller's mapping: the keys the schema would have filled must be there,
         with values the schema allows."""
         missing = [k for k in VARIANT_KEYS if k not in spec]
@@ -270,7 +292,7 @@ class ScoringRun:
         return out
 
     @classmethod
-    def checked(cls, spec: Mapping[str, Any], name: str | None = None) -> "ScoringRun":
+    def checked(cls, spec: Mapping[str, Any], name: str | None = None) -> ScoringRun:
         """From a library caller's mapping: a variant whose ``model`` is an entry (a mapping, or
         a local folder's path) and which may carry ``adapter`` and ``training_seed``."""
         spec = dict(spec)
@@ -323,7 +345,7 @@ class TrainingSettings:
         return thaw(self.spec)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainingSettings":
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainingSettings:
         """From a job's params (the validated config): not checked again; ``eval_every`` defaults
         to ``checkpoint_every`` (evaluated adapters are the kept ones)."""
         spec = {**thaw(d)}
@@ -334,7 +356,7 @@ class TrainingSettings:
         return cls(lam=spec["lambda"], eval_every=spec["eval_every"], spec=_freeze(spec), **kw)
 
     @classmethod
-    def checked(cls, d: Mapping[str, Any]) -> "TrainingSettings":
+    def checked(cls, d: Mapping[str, Any]) -> TrainingSettings:
         """From a library caller's mapping: every key of STUDENT_KEYS, with values the schema allows."""
         missing = [k for k in STUDENT_KEYS if k not in d]
         if missing:
@@ -362,12 +384,12 @@ class Teacher:
     spec: Mapping[str, Any] = field(repr=False)
 
     @classmethod
-    def from_spec(cls, name: str, spec: Mapping[str, Any]) -> "Teacher":
+    def from_spec(cls, name: str, spec: Mapping[str, Any]) -> Teacher:
         """From a validated entry (a job's params): not checked again."""
         return _teacher(name, _freeze(spec))
 
     @classmethod
-    def checked(cls, name: str, spec: Mapping[str, Any]) -> "Teacher":
+    def checked(cls, name: str, spec: Mapping[str, Any]) -> Teacher:
         """From a library caller's mapping: a known kind and a number of shuffles T."""
         if spec.get("kind") not in TEACHER_KINDS:
             raise InvalidInput(f"teacher {name!r}: kind {spec.get('kind')!r} not in {TEACHER_KINDS}")
@@ -420,7 +442,7 @@ class WorkflowConfig:
     split_seed: int
 
     @classmethod
-    def from_validated(cls, config: Mapping[str, Any]) -> "WorkflowConfig":
+    def from_validated(cls, config: Mapping[str, Any]) -> WorkflowConfig:
         raw = _freeze(config)
         rc = raw["read_cache"]
         return cls(
@@ -505,6 +527,8 @@ def _dataset(name: str, raw: Mapping[str, Any]) -> Dataset:
         perturbations=tuple(spec.get("perturbations", proto["perturbations"])),
         instruction=spec.get("instruction", proto["instruction"][spec["task"]]),
         rubric=spec.get("rubric", proto["rubric"][spec["task"]]),
+        shuffle_rule=spec.get("shuffle_rule", proto["shuffle_rule"]),
+        shuffle_queries=QueryList.from_spec(spec.get("shuffle_queries"), where=f"datasets.{name}.shuffle_queries"),
     )
     return Dataset(name=name, task=spec["task"], role=spec["role"], protocol=protocol,
                    max_queries=spec.get("max_queries"), spec=spec)

@@ -2,8 +2,16 @@
 
 A *presentation* is an ordering of a query's whole candidate list. A *chunking*
 cuts a presented list into P = ceil(n / B) prompts of at most B documents.
-Every random choice derives from :func:`stable_seed`, so a presentation is the
-same on every machine, in every process and in every execution order.
+
+Random shuffle m follows one of two named rules (``SHUFFLE_RULES``):
+
+* ``paper`` (the default, the paper's released code): the list in first-stage order
+  shuffled by ``random.Random(m).shuffle``, so every query of the same pool size gets
+  the same permutation of slots;
+* ``per_query``: an independent draw per (base seed, dataset, query, m) through
+  :func:`stable_seed` (presdep's v2 rule), so queries do not share permutations.
+
+Both are the same on every machine, in every process and in every execution order.
 """
 
 from __future__ import annotations
@@ -11,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Hashable, Mapping, Sequence, TypeVar
+import random
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -20,9 +30,11 @@ from presdep.contracts.errors import InvalidInput, PresdepError
 T = TypeVar("T")
 
 PERTURBATIONS = ("random_shuffle", "within_chunk", "middle_injection")
-# The one pass over the first-stage order (K = 1) every scored variant also makes: it is cut by
-# the variant's chunking (round-robin for that row); a random shuffle is always cut contiguously.
+# How a presented list is cut into prompts; the round-robin row deals EVERY pass (the
+# first-stage order and each shuffle) round-robin, every other row cuts contiguously.
 CHUNKINGS = ("contiguous", "round_robin")
+SHUFFLE_RULES = ("paper", "per_query")
+PAPER_SHUFFLE_RULE = "paper"
 # Presentation indices of middle_injection, in order.
 INJECTION_PLACES = ("top", "middle", "bottom")
 
@@ -64,6 +76,23 @@ def stable_seed(base_seed: int, *parts: int | str) -> int:
 def shuffle_seed(base_seed: int, dataset: str, query_id: str, m: int) -> int:
     """The seed of random shuffle m of a query (docs/methods/presentations.md: base seed, dataset, query id, m)."""
     return stable_seed(base_seed, dataset, query_id, m)
+
+
+def paper_shuffle(items: Sequence[T], m: int) -> list[T]:
+    """Shuffle m under the paper's rule: ``random.Random(m).shuffle`` of the list (Mersenne
+    Twister, Fisher-Yates). The permutation depends on m and the list's length only."""
+    out = list(items)
+    random.Random(int(m)).shuffle(out)
+    return out
+
+
+def shuffle_order(n: int, m: int, rule: str, *, base_seed: int, dataset: str, query_id: str) -> list[int]:
+    """Shuffle m of a query's n candidates, as indices into first-stage order, under ``rule``."""
+    if rule == "paper":
+        return paper_shuffle(range(n), m)
+    if rule == "per_query":
+        return random_shuffle(range(n), shuffle_seed(base_seed, dataset, query_id, m))
+    raise InvalidInput(f"unknown shuffle rule {rule!r}; expected one of {SHUFFLE_RULES}")
 
 
 def random_shuffle(doc_ids: Sequence[T], rng_seed: int) -> list[T]:

@@ -8,9 +8,11 @@ quality cells read the scores through this module, so BSC is defined once:
 * ``bsc_k == 1``: presentation m = shuffle m, position = where the doc was shown.
 * ``bsc_k = K > 1``: presentation e = ensemble e, whose score for a doc is the mean
   of its scores over shuffles e*K .. (e+1)*K - 1. An averaged score was not shown
-  at any one place, so its tie-break position is the doc's first-stage rank (its
-  position in the first-stage pass): one fixed order for every ensemble, which
-  keeps ties from flipping between ensembles for no reason.
+  at any one place, so in the decision presentations its tie-break position is the
+  doc's first-stage rank (its position in the first-stage pass): one fixed order for
+  every ensemble, which keeps ties from flipping between ensembles for no reason. The
+  BSC quality pass (:func:`first_stage_pass`) breaks ties the way trec_eval does
+  instead: document id descending.
 
 Canonical presentation = presentation 0 (shuffle 0, or ensemble 0 for BSC).
 Returned frames have columns query_id, doc_id, presentation (int32), score
@@ -129,7 +131,12 @@ def first_stage_pass(scores: pl.DataFrame, *, bsc_k: int = 1, ensembles: int = 4
 
     ``bsc_k == 1``: the first-stage pass itself (K = 1, the deployment case).
     BSC (``bsc_k > 1``): the BSC scores of ensemble 0 (mean over shuffles 0..K-1),
-    the deployed BSC scorer's output; ties by first-stage rank.
+    the deployed BSC scorer's output. A BSC score has no single presentation, so its
+    ranking follows trec_eval (docs/methods/bsc.md): score descending, then doc id
+    DESCENDING (byte order, as strcmp). ``position`` here is the doc's rank in
+    descending doc-id order within its query, so the usual (-score, position) order
+    is exactly trec_eval's. (BSC's decision presentations keep the first-stage-rank
+    tie-break.)
     """
     if bsc_k == 1:
         rank = first_stage_rank(scores)  # validates presence and presentation 0
@@ -137,4 +144,6 @@ def first_stage_pass(scores: pl.DataFrame, *, bsc_k: int = 1, ensembles: int = 4
         assert fs.height == rank.height
         return fs.sort("query_id", "position", "doc_id")
     dp = decision_presentations(scores, bsc_k=bsc_k, ensembles=ensembles)
-    return dp.filter(pl.col("presentation") == CANONICAL_PRESENTATION)
+    e0 = dp.filter(pl.col("presentation") == CANONICAL_PRESENTATION)
+    by_id_desc = (pl.col("doc_id").rank("ordinal", descending=True).over("query_id") - 1).cast(pl.Int32)
+    return e0.with_columns(by_id_desc.alias("position")).sort("query_id", "position")

@@ -12,7 +12,8 @@ reported on the test half. Passes per query to measure it: E*K (+1 first stage).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -73,8 +74,9 @@ def curve_rows(
             test = set(thresholds["test_queries"])
             rel = {b[0]: np.array([qrels_d.get(b[0], {}).get(d, 0) >= 1 for d in b[1]]) for b in blocks}
             d_blocks = [b for b in blocks if b[0] in dev]
+            grid = decisions.threshold_grid([b[2][CANONICAL_PRESENTATION] for b in blocks])  # all queries
             t_star = decisions.tune_threshold([b[2][CANONICAL_PRESENTATION] for b in d_blocks],
-                                              [rel[b[0]] for b in d_blocks])
+                                              [rel[b[0]] for b in d_blocks], grid=grid)
             jac = [decisions.pair_stats(b[2] >= t_star)[0] for b in blocks if b[0] in test]
             yield pert, None, "t_star", t_star
             yield pert, None, "jaccard", float(np.nanmean(jac)) if jac else float("nan")

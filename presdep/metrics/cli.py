@@ -5,8 +5,10 @@ or one TREC run per presentation (``--runs``) plus ``--first-stage-run`` (the
 one pass over the first-stage order, which gives the quality cells). With runs,
 the presented order is unknown: ties are broken by the run's own order (score
 descending, then doc id ascending) and Zeng PSI is not computed. Reranking tunes
-t* on a development half of the queries (split seed ``--split-seed``) unless
-``--threshold`` freezes it; the Jaccard family is reported on the test half.
+t* on a development half of the queries (the sorted query ids shuffled by numpy's
+default_rng(``--split-seed``), the first max(1, round(n/2))) over a grid spanning
+every query's canonical scores, unless ``--threshold`` freezes it; the Jaccard
+family is reported on the test half.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import polars as pl
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table
 from presdep.contracts.tasks import FIRST_STAGE
+from presdep.contracts.views import RANDOM_SHUFFLE
 from presdep.data.trec import read_qrels, read_run
 from presdep.metrics.compute import TASKS, compute_metrics, write_metrics
-from presdep.metrics.thresholds import SPLIT_SEED, split_queries, tune_thresholds
+from presdep.metrics.thresholds import SPLIT_RULE, SPLIT_SEED, split_queries, tune_thresholds
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +95,9 @@ def aggregate_table(metrics: pl.DataFrame) -> pl.DataFrame:
 def single_presentation_note(scores: pl.DataFrame) -> str | None:
     """The message for perturbations with fewer than two presentations (None when all have two or more).
 
-    tau-PSI, the Jaccard family and the flips compare presentations in pairs, so with
-    M < 2 they are undefined and the metrics table holds nulls for them.
+    tau-PSI, the Jaccard family and the pair and selection flips compare presentations in
+    pairs, so with M < 2 they are undefined and the metrics table holds nulls for them; the
+    QA answer flip of one presentation is 0 (one answer cannot disagree with itself).
     """
     counts = (
         scores.filter(pl.col("perturbation") != FIRST_STAGE)
@@ -121,9 +125,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"presdep metrics: warning: {note}", file=sys.stderr)
     thresholds = None
     if args.threshold is not None:
-        dev, test = split_queries(scores["query_id"].unique().to_list(), args.split_seed)
-        thresholds = {"t_star": args.threshold, "split_seed": args.split_seed, "dev_queries": dev,
-                      "test_queries": test}
+        # the queries tune_thresholds would split: those with shuffled presentations (the
+        # first-stage pass may cover more queries than the shuffles do)
+        shuffled = scores.filter(pl.col("perturbation") == RANDOM_SHUFFLE)["query_id"].cast(pl.String).unique()
+        split_ids = shuffled if shuffled.len() else scores["query_id"].cast(pl.String).unique()
+        dev, test = split_queries(split_ids.to_list(), args.split_seed)
+        thresholds = {"t_star": args.threshold, "split_seed": args.split_seed, "split_rule": SPLIT_RULE,
+                      "dev_queries": dev, "test_queries": test}
     qrels = read_qrels_any(args.qrels)
     if thresholds is None and args.task == "rerank":
         thresholds = tune_thresholds(scores, qrels, split_seed=args.split_seed, bsc_k=args.bsc_k,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -59,12 +60,12 @@ ZENG_PERTURBATIONS = ("random_shuffle", "middle_injection")
 # import them from here.
 __all__ = [
     "BSC_CURVE",
-    "Block",
     "CANONICAL",
     "QUALITY_MEASURES",
     "READER_K",
     "TASKS",
     "ZENG_PERTURBATIONS",
+    "Block",
     "build_blocks",
     "compute_metrics",
     "metrics_from_files",
@@ -275,7 +276,11 @@ def _metrics_frame(*, dataset: str, task: str, variant: str, seed: int | None, p
 
 
 def _passes_per_query(scores: pl.DataFrame) -> float:
-    """Scoring passes (presentations of any perturbation) per query: the cost BSC pays."""
+    """Scoring passes (presentations of any perturbation) per shuffled query: the cost BSC pays.
+    Queries off the dataset's shuffle list have the first-stage pass only and are not counted."""
+    shuffled = scores.filter(pl.col("perturbation") == RANDOM_SHUFFLE)["query_id"].unique()
+    if shuffled.len():
+        scores = scores.filter(pl.col("query_id").is_in(shuffled.implode()))
     per_q = scores.group_by("query_id").agg(
         pl.struct("perturbation", "presentation").n_unique().alias("n")
     )

@@ -16,12 +16,16 @@ Undefined cases (documented choices):
 * tau-b of a pair where one presentation gives every doc the same score is
   undefined (scipy returns NaN) -> the query's tau-PSI is NaN, as the brute-force
   mean over scipy.stats.kendalltau would be.
+
+Zeng PSI = 1 - min_b s_b / max_b s_b over the non-empty position buckets (top,
+middle, bottom third); undefined (NaN, written as null) with fewer than two
+non-empty buckets or when every bucket mean is 0.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -165,7 +169,7 @@ def zeng_from_bucket_means(means: np.ndarray) -> float:
     """1 - min_b s_b / max_b s_b over the NON-EMPTY buckets.
 
     Fewer than two non-empty buckets: no positional contrast is observable -> NaN.
-    All non-empty buckets at nDCG 0: the buckets agree -> 0.
+    Every non-empty bucket mean 0: the ratio min / max is undefined -> NaN (null).
     """
     m = np.asarray(means, dtype=np.float64)
     m = m[~np.isnan(m)]
@@ -173,7 +177,7 @@ def zeng_from_bucket_means(means: np.ndarray) -> float:
         return math.nan
     hi, lo = m.max(), m.min()
     if hi == 0:
-        return 0.0
+        return math.nan
     return float(1.0 - lo / hi)
 
 

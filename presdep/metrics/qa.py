@@ -6,7 +6,8 @@ collapse whitespace. Token F1 follows the SQuAD v2.0 script: when either side
 normalises to no tokens, F1 = 1 if both do and 0 otherwise. HotpotQA's rule on
 top: when either side normalises to "yes", "no" or "noanswer" and the two differ,
 F1 = 0 (a "yes" must not earn partial credit against "yes it is"). With several
-gold answers, EM and F1 take the maximum over them.
+gold answers, EM and F1 take the maximum over them. Answer flip =
+(M - count of the most common normalised answer) / M, 0 when M = 1.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import re
 import string
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from presdep.contracts.errors import InvalidInput
 
@@ -71,9 +72,13 @@ def f1_score(prediction: str, gold: str | Iterable[str]) -> float:
 
 
 def answer_flip(answers: Sequence[str]) -> float:
-    """(M - count of the most common normalised answer) / M; NaN for M < 2."""
+    """(M - count of the most common normalised answer) / M.
+
+    One answer (M = 1) gives 0 (the answer cannot have flipped; docs/methods/answer-flip.md); no
+    answer at all gives NaN.
+    """
     m = len(answers)
-    if m < 2:
+    if m == 0:
         return math.nan
     top = Counter(normalize_answer(a) for a in answers).most_common(1)[0][1]
     return (m - top) / m

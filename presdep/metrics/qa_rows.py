@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import polars as pl
@@ -19,32 +20,38 @@ log = logging.getLogger(__name__)
 def add_gold_slot_rows(rows: MetricRows, pert: str, bl: list[Block], qrels_d, k: int) -> None:
     """Where the gold (grade >= 1) paragraphs land in each presentation's score order.
 
-    gold_in_top{k}: share of presentations whose top k (by -score, position: the
-    reader's input) hold EVERY gold paragraph. gold_slot_mean: mean 1-based slot of
-    the gold paragraphs over presentations; gold_slot_var: each gold paragraph's
-    population variance of its slot across presentations, mean over gold paragraphs.
-    Queries without a gold paragraph are left out.
+    Each presentation is read in the reader's order (-score, presented position) and
+    its gold slot is the 0-based slot of its best-placed gold paragraph.
+
+    * gold_in_top{k}: share of presentations whose top k hold AT LEAST ONE gold
+      paragraph (gold slot < k).
+    * gold_slot_mean: mean gold slot over the presentations where it lies within the
+      top k; gold_slot_var: population variance of it over those presentations. Both
+      NaN (null) for a query whose gold paragraphs never reach the top k.
+
+    Queries without a gold paragraph in the pool are left out.
     """
     qids, top, smean, svar = [], [], [], []
     for b in bl:
-        gold = np.array([qrels_d.get(b.query_id, {}).get(d, 0) >= 1 for d in b.doc_ids])
+        gold = np.array([qrels_d.get(b.query_id, {}).get(d, 0) >= 1 for d in b.doc_ids], dtype=bool)
         if not gold.any():
             continue
         order = quality.presented_order(b.scores, b.positions)
-        slot = order.argsort(axis=1) + 1  # (M, n) 1-based slot of each doc
-        g = slot[:, gold]
+        slot = order.argsort(axis=1)  # (M, n) 0-based slot of each doc
+        best = slot[:, gold].min(axis=1)  # (M,) slot of the best-placed gold paragraph
+        within = best < k
         qids.append(b.query_id)
-        top.append(float((g <= k).all(axis=1).mean()))
-        smean.append(float(g.mean()))
-        svar.append(float(g.var(axis=0).mean()))
+        top.append(float(within.mean()))
+        smean.append(float(best[within].mean()) if within.any() else math.nan)
+        svar.append(float(best[within].var()) if within.any() else math.nan)
     rows.per_query(pert, f"gold_in_top{k}", qids, top)
     rows.per_query(pert, "gold_slot_mean", qids, smean)
     rows.per_query(pert, "gold_slot_var", qids, svar)
 
 
 def add_answer_rows(rows: MetricRows, answers: pl.DataFrame, gold: pl.DataFrame | None) -> None:
-    """answer_flip per perturbation; with gold answers, canonical (presentation 0) EM and F1
-    and their means over presentations."""
+    """answer_flip per perturbation (0 for a query with one answer); with gold answers,
+    canonical (presentation 0) EM and F1 and their means over presentations."""
     need = {"query_id", "perturbation", "presentation", "answer"}
     if need - set(answers.columns):
         raise InvalidInput(f"answers lacks column(s) {sorted(need - set(answers.columns))}")

@@ -2,16 +2,20 @@
 
 Protocol (docs/methods/jaccard.md):
 
-* Split: each dataset's queries are ordered by sha256(f"{split_seed}:{query_id}")
-  (ties, impossible in practice, by query id); the first floor(n/2) are the
-  development half, the rest the test half. The same seed and query ids give the
-  same split on any machine and Python version; the halves are disjoint and cover
-  every query.
-* t*: on the development half, canonical presentation (presentation 0 of the
-  decision presentations: shuffle 0, or ensemble 0 of the BSC scores), 41 evenly
-  spaced values over the pooled score range, mean set-F1 against the relevant
-  docs (grade >= 1) in each pool, a query without relevant doc scores 0, ties to
-  the higher value (presdep.metrics.decisions).
+* Split (SPLIT_RULE): each dataset's sorted unique query ids are shuffled in place
+  by ``numpy.random.default_rng(split_seed).shuffle``; the first
+  max(1, round(0.5 n)) (Python's round: half to even) are the development half, the
+  rest the test half (43 DL19 queries: 22 / 21). numpy's Generator streams are
+  stable across platforms, so the same seed and query ids give the same split on
+  any machine; the halves are disjoint and cover every query.
+* Grid (GRID_SPAN): 41 evenly spaced values from min to max of the canonical
+  scores (presentation 0 of the decision presentations: shuffle 0, or ensemble 0
+  of the BSC scores) of ALL the run's queries of the dataset, development and
+  test alike.
+* t*: on the development half only, canonical presentation, the grid value with
+  the highest mean set-F1 against the relevant docs (grade >= 1) in each pool (a
+  query without relevant doc scores 0); ties in mean F1 are exact, the higher
+  threshold wins (presdep.metrics.decisions).
 
 The artifact (one JSON file per run and dataset) is the one place the metrics and
 Figure 1 read t* from.
@@ -19,11 +23,11 @@ Figure 1 read t* from.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -37,18 +41,27 @@ from presdep.metrics.quality import qrels_to_dict
 log = logging.getLogger(__name__)
 
 SPLIT_SEED = 20260610
+# Recorded in every artifact beside split_seed / the grid: which rules produced it.
+SPLIT_RULE = "numpy_default_rng_shuffle_sorted_ids_round_half_even"
+GRID_SPAN = "all_queries_canonical"
+TIE_RULE = "exact_mean_f1_higher_threshold"
 _REQUIRED_KEYS = ("t_star", "split_seed", "canonical_presentation", "dev_queries", "test_queries", "grid_size")
 
 
 def split_queries(query_ids: Sequence[str], seed: int = SPLIT_SEED) -> tuple[list[str], list[str]]:
-    """(development, test) halves of ``query_ids``; deterministic in (seed, ids)."""
+    """(development, test) halves of ``query_ids``, each sorted; deterministic in (seed, ids).
+
+    The sorted ids are shuffled in place by ``numpy.random.default_rng(seed).shuffle``;
+    development = the first max(1, round(0.5 n)) (half to even), test = the rest.
+    """
     ids = sorted(set(str(q) for q in query_ids))
     if len(ids) != len(query_ids):
         raise InvalidInput("query ids to split must be unique")
-    key = {q: hashlib.sha256(f"{seed}:{q}".encode()).hexdigest() for q in ids}
-    ordered = sorted(ids, key=lambda q: (key[q], q))
-    half = len(ordered) // 2
-    return sorted(ordered[:half]), sorted(ordered[half:])
+    if not ids:
+        return [], []
+    np.random.default_rng(seed).shuffle(ids)  # a list and an object array give the same permutation
+    n_dev = max(1, round(0.5 * len(ids)))
+    return sorted(ids[:n_dev]), sorted(ids[n_dev:])
 
 
 def _canonical_arrays(view: pl.DataFrame, queries: Sequence[str], qrels_d) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -81,18 +94,25 @@ def tune_thresholds(
     if not dev or not test:
         raise InvalidInput(f"a 50/50 split needs at least 2 queries; the scores have {len(qids)}")
     qrels_d = qrels_to_dict(qrels)
+    all_scores, _ = _canonical_arrays(view, qids, qrels_d)
+    grid = decisions.threshold_grid(all_scores, n_grid)  # spans every query, t* from the dev half
     dev_scores, dev_rel = _canonical_arrays(view, dev, qrels_d)
-    grid, mean_f1 = decisions.threshold_curve(dev_scores, dev_rel, n_grid)
-    t_star = decisions.tune_threshold(dev_scores, dev_rel, n_grid)
+    grid, mean_f1 = decisions.threshold_curve(dev_scores, dev_rel, n_grid, grid=grid)
+    best = decisions.best_grid_index(mean_f1)
+    t_star = float(grid[best])
     warnings = degenerate_warnings(view, qrels_d, t_star)
     for w in warnings:
         log.warning("threshold: %s", w)
-    best = int(np.flatnonzero(grid == t_star)[0])
     return {
         "t_star": t_star,
         "split_seed": int(split_seed),
+        "split_rule": SPLIT_RULE,
         "canonical_presentation": CANONICAL_PRESENTATION,
         "grid_size": int(n_grid),
+        "grid_span": GRID_SPAN,
+        "grid_min": float(grid[0]),
+        "grid_max": float(grid[-1]),
+        "tie_rule": TIE_RULE,
         "grid": grid.tolist(),
         "dev_mean_f1": mean_f1.tolist(),
         "dev_best_f1": float(mean_f1[best]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -68,7 +68,11 @@ def add_zeng_rows(rows: MetricRows, pert: str, bl: list[Block], ndcg: dict[str, 
             cnt = sel.sum(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 means[idx, bkt] = np.where(cnt > 0, (nd * sel).sum(axis=1) / cnt, np.nan)
-        means[np.array(idx)[~has_rel]] = np.nan  # no relevant doc in the pool: nothing to place
+        # No relevant doc in the pool: nothing was placed, so the query counts as nDCG 0 in the
+        # middle bucket (docs/methods/zeng-psi.md) and has no per-query value of its own.
+        norel = np.array(idx)[~has_rel]
+        means[norel] = np.nan
+        means[norel, 1] = 0.0
     for i in range(len(judged)):
         values[i] = instability.zeng_from_bucket_means(means[i])
     rows.per_query(pert, "zeng_psi", [b.query_id for b in judged], values)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import polars as pl
 
@@ -38,7 +38,8 @@ TITLES = {**COLUMN_TITLES, "rerank_tau_psi": "tau-PSI (tau-a)", "qa_tau_psi": "Q
 
 _TAU_A = "headline: strict rankings (ties by presented position), Kendall tau-a over all M(M-1)/2 shuffle pairs"
 _TAU_B = "not the headline: Kendall tau-b on raw scores (ties kept) over all shuffle pairs"
-_QUALITY = "first-stage pass (K = 1; BSC: ensemble 0's BSC scores), ties by presented position"
+_QUALITY = ("first-stage pass (K = 1), ties by presented position; BSC: ensemble 0's BSC scores, ties by "
+            "document id descending (trec_eval)")
 SOURCES = {
     "rerank_ndcg10": _QUALITY,
     "rerank_tau_psi": _TAU_A,
@@ -115,7 +116,9 @@ def _aggregate(metrics: pl.DataFrame, variant: str, task: str, metric: str) -> p
 
 
 def _passes(metrics: pl.DataFrame, variant: str, task: str) -> float | None:
-    rows = _aggregate(metrics, variant, task, "passes_per_query")
+    """Scoring passes per shuffled query: the first-stage pass plus M shuffles (BSC: E*K), never the
+    K-curve's rows (their perturbations are bsc_curve_k*)."""
+    rows = _aggregate(metrics, variant, task, "passes_per_query").filter(pl.col("perturbation") == "random_shuffle")
     return float(rows["value"].mean()) if rows.height else None
 
 
@@ -228,9 +231,10 @@ def _fmt(value: float | None) -> str:
 
 
 def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
-                skipped_datasets: Mapping[str, str] | None = None) -> str:
+                skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = ()) -> str:
     """Table 1 as Markdown: task columns that no variant filled are left out; datasets that
-    could not be used here are named with their reason under the table."""
+    could not be used here are named with their reason under the table, and so is every
+    non-paper protocol rule the run used (``departures``)."""
     cols = [c for c in (columns or TABLE1_COLUMNS) if table[c].is_not_null().any()]
     header = ["Variant", *[TITLES[c] for c in cols], "Note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -244,11 +248,14 @@ def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
         "the M random shuffles, each turned into a strict ranking with ties broken by presented "
         "position, lower is more stable (the tie-aware tau-b form is the CSV's *_tau_psi_b). Jacc.: "
         "Jaccard of the retained sets on the test half of the queries at a threshold tuned on the "
-        "development half (shuffle 0), higher is more stable. Flips: lower is more stable. "
+        "development half (shuffle 0), higher is more stable. Flips: lower is more stable. Shuffle m is "
+        "random.Random(m).shuffle of the first-stage list; on collections with a published query list the "
+        "shuffles (and every cell computed from them) run on that list, the first-stage pass on every query. "
         "results/table1_counts.csv gives each cell's source, counts and warnings.\n"
     )
     skipped = "".join(f"\nSkipped dataset {name}: {reason}\n" for name, reason in (skipped_datasets or {}).items())
-    return "\n".join(lines) + "\n" + legend + skipped
+    rules = "".join(f"\nNot the paper's protocol: {d}.\n" for d in departures)
+    return "\n".join(lines) + "\n" + legend + skipped + rules
 
 
 def _read_metrics(metrics_paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -259,13 +266,15 @@ def _read_metrics(metrics_paths: Iterable[str | Path]) -> pl.DataFrame:
 
 def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Variant],
                  out_csv: str | Path, out_md: str | Path, out_counts: str | Path,
-                 skipped_datasets: Mapping[str, str] | None = None) -> pl.DataFrame:
+                 skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = ()) -> pl.DataFrame:
     """Table 1 as CSV and Markdown, and its counts file (rule ``table1``)."""
     table, counts = build_table1(_read_metrics(metrics_paths), variants)
     for name, reason in (skipped_datasets or {}).items():
         log.warning("dataset %s is not in Table 1: %s", name, reason)
     write_text_atomic(out_csv, table.write_csv(float_precision=6))
-    write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets))
+    for d in departures:
+        log.warning("not the paper's protocol: %s", d)
+    write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets, departures=departures))
     write_text_atomic(out_counts, counts.write_csv())
     return table
 

@@ -2,10 +2,11 @@
 
 The prior q_s of a query is the grade distribution at slot s of a probe prompt: the
 SAME query with every document body replaced by an empty string, at the same prompt
-size (estimated per query). Calibration of a stored readout p at slot s
-(docs/methods/variants.md): alpha = beta * H(p) (nats), p' = p - alpha * (q_s - 1/4), clipped at
-eps, renormalised; score = E[g] under p'. The off-the-shelf run's stored
-probabilities are reused, so the probes are the only new model work.
+size (estimated per query, cached per query text: two queries with one text share it).
+Calibration of a stored readout p at slot s (docs/methods/variants.md): alpha = beta * H(p)
+(nats), p' = p - alpha * (q_s - 1/4), clipped at eps, renormalised; score = E[g] under p'.
+The off-the-shelf run's stored probabilities are reused, so the probes are the only new
+model work.
 The upstream generative variant uses alpha = min(5 H / log C, 2); not used here.
 """
 
@@ -15,8 +16,9 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -29,7 +31,7 @@ from presdep.runtime.hashing import sha256_file
 from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.factory import make_scorer
 
-EPS = 1e-6
+EPS = 1e-8  # docs/methods/variants.md: clip at 1e-8, then renormalise
 
 
 def entropy_nats(p: np.ndarray) -> np.ndarray:
@@ -151,17 +153,22 @@ def calibrate_scores(
         raise InvalidInput(f"CapCal needs grade probabilities; query {r['query_id']!r} doc {r.get('doc_id')!r} "
                          f"({r['perturbation']} {r['presentation']}) has none (an identity or hosted run?)")
     out, priors = [], {}
+    by_text: dict[str, dict[int, np.ndarray]] = {}  # the prior is a function of the query text and B only
     for (qid,), rows in source.group_by("query_id", maintain_order=True):
         if qid not in queries:
             raise InvalidInput(f"scores name query {qid!r}, which is not in the candidates")
         sizes = sorted(set(rows.group_by("perturbation", "presentation", "prompt").len()["len"].to_list()))
-        path = Path(done_dir) / f"prior-{hashlib.sha256(str(qid).encode()).hexdigest()[:40]}.json" if done_dir else None
-        if path is not None and path.exists():
-            got = {int(b): np.asarray(q) for b, q in json.loads(path.read_text(encoding="utf-8")).items()}
-        else:
-            got = dict(zip(sizes, probe_probs(scorer, content_free_prompts(queries[qid], sizes))))
+        text = queries[qid]
+        path = Path(done_dir) / f"prior-{hashlib.sha256(text.encode()).hexdigest()[:40]}.json" if done_dir else None
+        known = by_text.setdefault(text, {})
+        if path is not None and path.exists() and not known:
+            known.update({int(b): np.asarray(q) for b, q in json.loads(path.read_text(encoding="utf-8")).items()})
+        todo = [b for b in sizes if b not in known]
+        if todo:
+            known.update(zip(todo, probe_probs(scorer, content_free_prompts(text, todo))))
             if path is not None:
-                write_text_atomic(path, json.dumps({str(b): q.tolist() for b, q in got.items()}))
+                write_text_atomic(path, json.dumps({str(b): q.tolist() for b, q in known.items()}))
+        got = {b: known[b] for b in sizes}
         out.append(calibrate_query(rows, got, beta, eps))
         priors[str(qid)] = {int(b): got[b].tolist() for b in sizes}
     return pl.concat(out), priors

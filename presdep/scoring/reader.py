@@ -15,11 +15,14 @@ stored; the first-stage pass is not read):
    short), in left-padded batches. Identical prompts are generated once and
    share the answer, so two presentations with the same top-k in the same order
    cannot flip through batch composition;
-4. the stored ``answer`` is the first line of the generated text with content after a
-   leading answer label ("Answer:", "The answer is"; a label alone on its line
-   hands over to the next line), surrounding quotes/asterisks and a trailing
-   full stop removed (:func:`clean_answer`); ``raw_answer`` keeps the generated
-   text as it came. SQuAD normalisation is left to the metrics;
+4. the stored ``answer`` follows the reader's ``answer_extraction`` rule, recorded in
+   the answers file: ``paper`` (the default, the paper's rule, :func:`paper_answer`) =
+   the first line of the generated text with a leading ``Answer:`` stripped;
+   ``lenient`` (for small readers, not the paper's, :func:`clean_answer`) = the first
+   line with content after any answer label ("Answer:", "The answer is", markdown
+   around it; a label alone on its line hands over to the next line), surrounding
+   quotes/asterisks and a trailing full stop removed. ``raw_answer`` keeps the
+   generated text as it came. SQuAD normalisation is left to the metrics;
 5. finished batches are flushed to ``<out>.partial/``, so a killed job resumes
    and writes the file an uninterrupted run would have written.
 
@@ -35,9 +38,10 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -69,7 +73,7 @@ READER_PROMPT = (
 )
 READER_PROMPT_SHA256 = hashlib.sha256(READER_PROMPT.encode("utf-8")).hexdigest()
 # Settings the job needs (the validated config's reader section, device/dtype from the model entry).
-READER_KEYS = ("k", "max_new_tokens", "batch_size", "device", "dtype")
+READER_KEYS = ("k", "max_new_tokens", "batch_size", "device", "dtype", "answer_extraction")
 
 
 READER_K = (3, 5)
@@ -116,6 +120,25 @@ def render_prompt(question: str, paragraphs: Sequence[str], max_doc_chars: int |
 
 # "Answer:", "Final answer -", "The answer is", "The answer is:" (a label, not the answer).
 _LABEL = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*[:\-]?|\s*[:\-])\s*", re.IGNORECASE)
+
+
+ANSWER_EXTRACTIONS = ("paper", "lenient")
+
+
+def paper_answer(text: str) -> str:
+    """The paper's answer: the reply's first line, a leading ``Answer:`` stripped."""
+    lines = text.strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    return line[len("Answer:"):].strip() if line.startswith("Answer:") else line
+
+
+def extract_answer(text: str, rule: str = "paper") -> str:
+    """The stored answer of a generated text under a named rule (``ANSWER_EXTRACTIONS``)."""
+    if rule == "paper":
+        return paper_answer(text)
+    if rule == "lenient":
+        return clean_answer(text)
+    raise InvalidInput(f"unknown answer_extraction {rule!r}; expected one of {ANSWER_EXTRACTIONS}")
 
 
 def clean_answer(text: str) -> str:
@@ -287,9 +310,9 @@ class FrozenReader:
         return self.generate([self.prompt_ids(q, ps) for q, ps in items], progress, done_dir)
 
     def answer(self, items: Sequence[tuple[str, Sequence[str]]], progress: bool = False,
-               done_dir: str | os.PathLike | None = None) -> list[str]:
-        """Cleaned answers for (question, paragraphs in order) items."""
-        return [clean_answer(t) for t in self.generate_for(items, progress, done_dir)]
+               done_dir: str | os.PathLike | None = None, extraction: str = "paper") -> list[str]:
+        """Extracted answers for (question, paragraphs in order) items."""
+        return [extract_answer(t, extraction) for t in self.generate_for(items, progress, done_dir)]
 
     def describe(self) -> dict:
         return {
@@ -309,8 +332,11 @@ def read_answers(
     ensembles: int = 4,
     progress: bool = False,
     done_dir: str | os.PathLike | None = None,
+    extraction: str = "paper",
 ) -> tuple[pl.DataFrame, dict]:
     """The ``answers`` table (query_id, perturbation, presentation, answer, raw_answer) and run facts."""
+    if extraction not in ANSWER_EXTRACTIONS:
+        raise InvalidInput(f"unknown answer_extraction {extraction!r}; expected one of {ANSWER_EXTRACTIONS}")
     contexts = top_k_contexts(scores, k, bsc_k=bsc_k, ensembles=ensembles)
     texts = {(q, d): x for q, d, x in candidates.select("query_id", "doc_id", "doc").iter_rows()}
     questions = dict(candidates.select("query_id", "query").unique("query_id").iter_rows())
@@ -328,11 +354,12 @@ def read_answers(
             "query_id": [c.query_id for c in contexts],
             "perturbation": [c.perturbation for c in contexts],
             "presentation": pl.Series([c.presentation for c in contexts], dtype=pl.Int32),
-            "answer": [clean_answer(t) for t in raw],
+            "answer": [extract_answer(t, extraction) for t in raw],
             "raw_answer": raw,
         }
     )
-    facts = {"k": k, "bsc_k": bsc_k, "presentations": len(contexts), "unique_prompts": len(set(map(repr, items)))}
+    facts = {"k": k, "bsc_k": bsc_k, "presentations": len(contexts), "unique_prompts": len(set(map(repr, items))),
+             "answer_extraction": extraction}
     return df, facts
 
 
@@ -393,6 +420,7 @@ def read_answers_files(
     answers, facts = read_answers(
         read_table(scores_path, "scores"), read_table(candidates_path, "candidates"), reader,
         k=int(cfg["k"]), bsc_k=bsc_k, ensembles=ensembles, progress=True, done_dir=done_dir,
+        extraction=cfg["answer_extraction"],
     )
     if reader.answer_cache is not None:
         reader.answer_cache.compact_written()  # one shard per job, however many batches it flushed
@@ -403,7 +431,7 @@ def read_answers_files(
     write_table(
         answers.sort("perturbation", "query_id", "presentation"), out_path, "answers",
         {"reader": dict(cfg), "max_doc_chars": max_doc_chars, "scores": str(scores_path)},
-        k=int(cfg["k"]), reader=reader.describe(), facts=facts,
+        k=int(cfg["k"]), reader=reader.describe(), facts=facts, answer_extraction=facts["answer_extraction"],
         scores_params=source.get("params"), template_sha256=source.get("template_sha256"),
     )
     if done_dir is not None:
@@ -418,6 +446,7 @@ def _files_identity(model_dir: str | os.PathLike) -> list[tuple[str, int, int]]:
 
 
 __all__ = [
-    "READER_K", "READER_PROMPT", "READER_PROMPT_SHA256", "Context", "FrozenReader", "clean_answer",
-    "read_answers", "read_answers_files", "render_prompt", "top_k_contexts",
+    "ANSWER_EXTRACTIONS", "READER_K", "READER_PROMPT", "READER_PROMPT_SHA256", "Context", "FrozenReader",
+    "clean_answer", "extract_answer", "paper_answer", "read_answers", "read_answers_files", "render_prompt",
+    "top_k_contexts",
 ]

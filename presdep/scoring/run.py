@@ -20,8 +20,9 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -35,8 +36,7 @@ from presdep.contracts.presentations import (
     NoRelevantDocument,
     chunk_positions,
     middle_injection,
-    random_shuffle,
-    shuffle_seed,
+    shuffle_order,
     stable_seed,
     within_chunk,
 )
@@ -89,20 +89,23 @@ def shuffle_count(v: Variant, p: Protocol) -> int:
 
 def _orders_for_query(
     qid: str, n: int, grades: Mapping[str, int] | None, doc_ids: Sequence[str],
-    dataset: str, v: Variant, p: Protocol,
+    dataset: str, v: Variant, p: Protocol, shuffled: bool = True,
 ) -> list[tuple[str, int, list[int], str]]:
     """Every presentation of one query: (perturbation, presentation, order as indices into
-    first-stage order, chunking). The first-stage pass and its edits (within_chunk,
-    middle_injection) use the variant's chunking; a random shuffle is cut into consecutive
-    prompts of B for every variant (under a uniform shuffle, round-robin and contiguous cuts
-    are the same distribution, docs/methods/variants.md)."""
+    first-stage order, chunking). Every pass is cut by the variant's chunking: the
+    round-robin row deals the first-stage order and each shuffle round-robin
+    (docs/methods/variants.md). ``shuffled`` False: the query is not on the dataset's shuffle list, so it gets
+    the first-stage pass and no random shuffles."""
     base = list(range(n))
     seed, b = p.seed, p.B
     out: list[tuple[str, int, list[int], str]] = [(FIRST_STAGE, 0, base, v.chunking)]
     for pert in p.perturbations:
         if pert == "random_shuffle":
+            if not shuffled:
+                continue
             for m in range(shuffle_count(v, p)):
-                out.append((pert, m, random_shuffle(base, shuffle_seed(seed, dataset, qid, m)), "contiguous"))
+                order = shuffle_order(n, m, p.shuffle_rule, base_seed=seed, dataset=dataset, query_id=qid)
+                out.append((pert, m, order, v.chunking))
         elif pert == "within_chunk":
             for m in range(p.M):
                 s = stable_seed(seed, dataset, qid, "within_chunk", m)
@@ -122,7 +125,7 @@ def _orders_for_query(
 
 def _score_query(
     qid: str, group: pl.DataFrame, grades: Mapping[str, int] | None,
-    dataset: str, v: Variant, p: Protocol, scorer: Any,
+    dataset: str, v: Variant, p: Protocol, scorer: Any, shuffled: bool = True,
 ) -> pl.DataFrame:
     """One query's rows: one single-pass readout per document per presentation."""
     group = group.sort("first_stage_rank")
@@ -131,7 +134,7 @@ def _score_query(
     query = group["query"][0]
     docs = [prepare_doc(t, p.max_doc_chars) for t in group["doc"].to_list()]
     n = len(doc_ids)
-    orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p)
+    orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p, shuffled)
 
     # Every prompt of every presentation: (presentation index, prompt, positions, doc indices).
     layout: list[tuple[int, int, list[int], list[int]]] = []
@@ -238,15 +241,35 @@ def score_dataset(
     skipped = _queries_without_injection(candidates, qrels, grades_by_q, protocol, dataset, len(qids))
     fingerprint = _fingerprint(candidates, qrels, dataset, run, protocol, scorer)
     partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
-    done = _score_missing_queries(candidates, qids, grades_by_q, partial, dataset, run.variant, protocol, scorer)
+    shuffled = shuffled_queries(qids, protocol, dataset)
+    done = _score_missing_queries(candidates, qids, grades_by_q, partial, dataset, run.variant, protocol, scorer,
+                                  shuffled)
     if cache is not None:
         cache.compact_written()
-    _write_scores(qids, partial, out_path, dataset, run, protocol, scorer, fingerprint, skipped, cache, len(done))
+    _write_scores(qids, partial, out_path, dataset, run, protocol, scorer, fingerprint, skipped, cache, len(done),
+                  shuffled)
     shutil.rmtree(partial)
     profile = _profile(scorer, cache, dataset=dataset, queries=len(qids), resumed=len(done), startup_s=startup_s,
                        load_s=load_s, total_s=time.perf_counter() - t_start)
     log.info("profile %s", json.dumps(profile, sort_keys=True))
     return profile
+
+
+def shuffled_queries(qids: Sequence[str], protocol: Protocol, dataset: str) -> frozenset[str]:
+    """The queries whose random shuffles are scored: every query, or those on the dataset's
+    fixed list (docs/methods/presentations.md; the first-stage pass still covers every query)."""
+    if protocol.shuffle_queries is None:
+        return frozenset(qids)
+    listed = set(protocol.shuffle_queries.ids())
+    have = [q for q in qids if q in listed]
+    if not have and "random_shuffle" in protocol.perturbations:
+        raise InvalidInput(
+            f"{dataset}: none of the {len(qids)} queries is on shuffle list {protocol.shuffle_queries.name!r} "
+            f"({protocol.shuffle_queries.file}); the query ids of the candidates and the list differ"
+        )
+    log.info("%s: random shuffles on %d of %d queries (list %s, %d ids)", dataset, len(have), len(qids),
+             protocol.shuffle_queries.name, len(listed))
+    return frozenset(have)
 
 
 def _grades_by_query(qrels: pl.DataFrame | None) -> dict[str, dict[str, int]]:
@@ -296,7 +319,8 @@ def _fingerprint(candidates: pl.DataFrame, qrels: pl.DataFrame | None, dataset: 
 
 
 def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades_by_q: Mapping[str, Mapping[str, int]],
-                           partial: Path, dataset: str, v: Variant, p: Protocol, scorer: Any) -> set[str]:
+                           partial: Path, dataset: str, v: Variant, p: Protocol, scorer: Any,
+                           shuffled: frozenset[str]) -> set[str]:
     """Score every query not yet in the resume folder, one atomic file per query; returns the ones found done."""
     groups = {qid: g for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
     done = {q for q in qids if (partial / _partial_name(q)).exists()}
@@ -307,7 +331,7 @@ def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades
             if qid in done:
                 continue
             grades = grades_by_q.get(qid) if "middle_injection" in p.perturbations else None
-            df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer)
+            df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer, qid in shuffled)
             if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
                 stats = json.dumps(scorer.take_stats(), sort_keys=True)
                 write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
@@ -317,7 +341,8 @@ def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades
 
 
 def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: str, run: ScoringRun, p: Protocol,
-                  scorer: Any, fingerprint: Mapping[str, Any], skipped: list[str], cache: Any, resumed: int) -> None:
+                  scorer: Any, fingerprint: Mapping[str, Any], skipped: list[str], cache: Any, resumed: int,
+                  shuffled: frozenset[str]) -> None:
     """The scores contract from the per-query files, with the run's provenance in its metadata."""
     v = run.variant
     frames = [pl.read_ipc(partial / _partial_name(q)) for q in qids]
@@ -343,6 +368,10 @@ def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: s
         scorer=describe,
         dtype=describe.get("dtype"),  # part of every score's identity (auto resolves per processor)
         middle_injection_skipped=skipped,
+        shuffle_rule=p.shuffle_rule,
+        chunking=v.chunking,  # of every pass, shuffles included
+        shuffle_queries={"list": p.shuffle_queries.as_dict() if p.shuffle_queries else None,
+                         "queries": len(shuffled), "of": len(qids)},
         scorer_stats=scorer_stats or None,
         **({"read_cache": {**cache.stats(), "queries_resumed": resumed}} if cache is not None else {}),
     )
@@ -367,4 +396,4 @@ def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: in
     return out
 
 
-__all__ = ["score_dataset", "shuffle_count", "FIRST_STAGE"]
+__all__ = ["FIRST_STAGE", "score_dataset", "shuffle_count"]

@@ -6,9 +6,9 @@ Formats, as published (Hugging Face rows, read from Parquet/JSONL data files):
   ``rejected: [str]``, ``num_correct``, ``num_incorrect``, ``total_completions``, ``models``,
   ``subset``, ``additional_metadata``. Grade 1 = chosen, 0 = rejected.
 - ``nectar``: ``berkeley-nest/Nectar``: ``prompt``, ``answers: [{answer, model, rank}]``,
-  ``turns``, ``num_responses``, ``source``, ``good_natured``. Deduplicated: a prompt text seen
-  before is dropped, and so is a repeated answer text within a prompt (the better-ranked copy
-  stays). Grade = (number of answers) - rank, so rank 1 of 7 gets 6.
+  ``turns``, ``num_responses``, ``source``, ``good_natured``. The paper's pool of 500 sampled
+  rows (:func:`nectar`); its deduplicated prompt list (catalogue ``population_queries``)
+  then keeps 434. Grade from rank: 1 -> 3, 2-3 -> 2, 4-5 -> 1, 6-7 -> 0.
 - ``ppe``: ``lmarena-ai/PPE-*-Best-of-K``: ``question_id``, ``prompt``, ``response_1`` ...
   ``response_32``, ``scores: [bool]`` (correctness of response_i). The first K responses;
   grade 1 = correct.
@@ -20,19 +20,24 @@ Formats, as published (Hugging Face rows, read from Parquet/JSONL data files):
   number of thresholds (4, 6, 8) at or below ``overall_score``. The prompt id is the sha256
   of the instruction (the rows carry none).
 
-Every response gets a label-blind id and the first-stage order is ascending id, so the
-given order (preferred first) never reaches the scorer.
+Every response gets a label-blind id and the first-stage order is ascending id (Nectar: the
+paper's seeded shuffle), so the given order (preferred first) never reaches the scorer.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import random
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from presdep.contracts.errors import InputFormatError
 from presdep.data.fetch.common import RankedQuery, label_blind_id, need, read_rows
 from presdep.data.responses import read_responses
+
+log = logging.getLogger(__name__)
 
 
 def _blind(qid: str, prompt: str, texts: Sequence[str], grades: Sequence[int]) -> RankedQuery:
@@ -52,31 +57,55 @@ def rewardbench2(path: str | Path) -> Iterator[RankedQuery]:
         yield _blind(str(row["id"]), str(row["prompt"]), chosen + rejected, [1] * len(chosen) + [0] * len(rejected))
 
 
-def nectar(path: str | Path) -> Iterator[RankedQuery]:
-    seen_prompts: set[str] = set()
-    for where, row in read_rows(path):
+# The paper's Nectar pool: a seeded sample of the train split's rows, numbered before filtering.
+NECTAR_POOL = {"rows": 500, "seed": 42, "responses": 7}
+_HUMAN_TURN = re.compile(r"Human:\s*(.*?)\s*(?:\n\nAssistant:|\Z)", re.DOTALL)
+
+
+def deframe_prompt(text: str) -> str:
+    """The last Human turn of a Nectar prompt ("\\n\\nHuman: ...\\n\\nAssistant:"), whitespace-collapsed
+    (the whole text when it has no Human turn)."""
+    turns = _HUMAN_TURN.findall(text)
+    return " ".join((turns[-1] if turns else text).split())
+
+
+def nectar_grade(rank: int) -> int:
+    """Nectar's rank (1 best .. 7) as a grade: 1 -> 3, 2-3 -> 2, 4-5 -> 1, 6-7 -> 0."""
+    return 3 if rank == 1 else 2 if rank <= 3 else 1 if rank <= 5 else 0
+
+
+def nectar(path: str | Path, rows: int = NECTAR_POOL["rows"], seed: int = NECTAR_POOL["seed"],
+           responses: int = NECTAR_POOL["responses"]) -> Iterator[RankedQuery]:
+    """The paper's Nectar pool (docs/methods/populations.md), so its deduplicated prompt list applies:
+
+    ``random.Random(seed).sample`` of ``rows`` row indices of the split, sorted; the i-th sampled
+    row is ``nectar-{i:06d}`` BEFORE any filter (a dropped row leaves a gap). A row is dropped
+    unless it has exactly ``responses`` answers, a non-empty prompt, non-empty answer texts and
+    ranks >= 1. The prompt is its last Human turn; texts are whitespace-collapsed; grade from
+    rank (:func:`nectar_grade`). First-stage order: the answers shuffled by
+    ``random.Random(int(sha1(qid)[:8], 16))`` (label-blind), ids ``{qid}-r01`` .. in that order.
+    """
+    table = [row for _, row in read_rows(path)]
+    picked = range(len(table)) if rows >= len(table) else sorted(random.Random(seed).sample(range(len(table)), rows))
+    dropped = 0
+    for i, r in enumerate(picked):
+        row, where = table[r], f"row {r}"
         need(path, where, row, ("prompt", "answers"), "prompt")
-        prompt = str(row["prompt"])
-        if prompt in seen_prompts:
+        qid = f"nectar-{i:06d}"
+        answers = [a for a in (row["answers"] or []) if isinstance(a, dict)]
+        prompt = deframe_prompt(str(row["prompt"]))
+        pairs = [(" ".join(str(a.get("answer") or "").split()), int(a.get("rank") or 0)) for a in answers]
+        if len(pairs) != responses or not prompt or any(not t or rank < 1 for t, rank in pairs):
+            dropped += 1
             continue
-        seen_prompts.add(prompt)
-        answers = []
-        for j, a in enumerate(row["answers"]):
-            need(path, f"{where} answers[{j}]", a, ("answer", "rank"), "answer")
-            answers.append((float(a["rank"]), str(a["answer"])))
-        answers.sort(key=lambda x: x[0])  # better rank first, so a duplicate keeps its best rank
-        texts, ranks, kept = [], [], set()
-        for rank, text in answers:
-            if text not in kept:
-                kept.add(text)
-                texts.append(text)
-                ranks.append(rank)
-        if len(texts) < 2:
-            continue
-        levels = sorted(set(ranks))
-        grades = [len(levels) - 1 - levels.index(r) for r in ranks]
-        qid = hashlib.sha256(prompt.encode()).hexdigest()[:16]
-        yield _blind(qid, prompt, texts, grades)
+        random.Random(int(hashlib.sha1(qid.encode()).hexdigest()[:8], 16)).shuffle(pairs)
+        ids = [f"{qid}-r{pos:02d}" for pos in range(1, len(pairs) + 1)]
+        n = len(pairs)
+        yield RankedQuery(qid, prompt, [(d, t, float(n - j)) for j, (d, (t, _)) in enumerate(zip(ids, pairs))],
+                          {d: nectar_grade(rank) for d, (_, rank) in zip(ids, pairs)})
+    if dropped:
+        log.info("%s: %d of %d sampled Nectar rows dropped (not %d non-empty ranked answers)", path, dropped,
+                 len(picked), responses)
 
 
 def ppe(path: str | Path, k: int = 8) -> Iterator[RankedQuery]:

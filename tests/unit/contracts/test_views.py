@@ -62,6 +62,28 @@ def test_first_stage_pass_and_bsc_quality_pass():
     assert fs.height == 8 and set(fs["presentation"].to_list()) == {0}
     bsc = first_stage_pass(s, bsc_k=3, ensembles=2)
     e0 = decision_presentations(s, bsc_k=3, ensembles=2).filter(pl.col("presentation") == 0)
-    assert bsc.sort("query_id", "doc_id").equals(e0.sort("query_id", "doc_id"))
+    # the same ensemble-0 mean scores; only the tie-break position differs (next test)
+    key = ["query_id", "doc_id", "presentation", "score"]
+    assert bsc.select(key).sort("query_id", "doc_id").equals(e0.select(key).sort("query_id", "doc_id"))
+    assert bsc.schema == e0.schema
     with pytest.raises(ValueError, match="first_stage"):
         first_stage_pass(s.filter(pl.col("perturbation") != "first_stage"))
+
+
+def test_bsc_quality_pass_breaks_ties_by_doc_id_descending():
+    """METHODS v3 item 6: the BSC quality cell ranks as trec_eval does, score descending then
+    doc id DESCENDING (byte order, so "d9" > "d10" > "d1"), not by first-stage rank."""
+    docs = ["d1", "d10", "d9", "d2"]  # first-stage order, position 0..3
+    rows = [("q", d, "first_stage", 0, i, 0.0) for i, d in enumerate(docs)]
+    for m in range(2):  # K = 2, E = 1: every mean is 1.0 (all tied)
+        for i, d in enumerate(docs):
+            rows.append(("q", d, "random_shuffle", m, (i + m) % 4, 1.0 + (0.5 if m == 0 else -0.5)))
+    s = pl.DataFrame(rows, schema=["query_id", "doc_id", "perturbation", "presentation", "position", "score"],
+                     orient="row")
+    out = first_stage_pass(s, bsc_k=2, ensembles=1)
+    assert out["score"].to_list() == [1.0] * 4
+    ranked = out.sort("position")["doc_id"].to_list()
+    assert ranked == ["d9", "d2", "d10", "d1"]  # descending byte order, written out by hand
+    # the decision presentations keep the first-stage-rank tie-break
+    dp = decision_presentations(s, bsc_k=2, ensembles=1)
+    assert dp.sort("position")["doc_id"].to_list() == docs

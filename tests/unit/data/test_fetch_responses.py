@@ -54,18 +54,40 @@ def test_converter_rewardbench2(tmp_path: Path) -> None:
     assert manifest.rows == {"queries": 1, "candidates": 4, "judgements": 4}
 
 
-def test_converter_nectar_deduplicates(tmp_path: Path) -> None:
-    answers = [{"answer": "best", "model": "gpt-4", "rank": 1.0}, {"answer": "mid", "model": "llama", "rank": 2.0},
-               {"answer": "best", "model": "copy", "rank": 3.0}, {"answer": "worst", "model": "x", "rank": 4.0}]
-    row = {"prompt": "\n\nHuman: hi\n\nAssistant:", "answers": answers, "turns": 1, "num_responses": 4,
-           "source": ["sharegpt"], "good_natured": True}
-    other = dict(row, prompt="\n\nHuman: other\n\nAssistant:", answers=answers[:2])
-    cands, grades, _ = _convert(tmp_path, _jsonl(tmp_path / "rlaif.jsonl", [row, dict(row), other]), "nectar")
-    qid = hashlib.sha256(row["prompt"].encode()).hexdigest()[:16]
-    assert cands["query_id"].n_unique() == 2  # the repeated prompt is dropped
-    texts = dict(zip(cands["doc_id"], cands["doc"]))
-    # The repeated answer keeps its better rank (1); ranks 1, 2, 4 -> grades 2, 1, 0.
-    assert {texts[d]: g for (q, d), g in grades.items() if q == qid} == {"best": 2, "mid": 1, "worst": 0}
+def _nectar_row(i: int, n_answers: int = 7, empty: bool = False) -> dict:
+    answers = [{"answer": "" if empty and r == 3 else f"answer  {r}\nof prompt {i}", "model": f"m{r}", "rank": float(r)}
+               for r in range(1, n_answers + 1)]
+    return {"prompt": f"\n\nHuman: earlier turn {i}\n\nAssistant: ok\n\nHuman:  question   {i} \n\nAssistant:",
+            "answers": answers, "turns": 2, "num_responses": n_answers, "source": ["sharegpt"], "good_natured": True}
+
+
+def test_converter_nectar_is_the_papers_pool(tmp_path: Path) -> None:
+    """The paper's pool, restated from docs/methods/populations.md: random.Random(42).sample of the row
+    indices, sorted, numbered nectar-000000.. before filtering; exactly 7 non-empty answers kept."""
+    import random
+
+    from presdep.data.fetch.responses import nectar
+
+    rows = [_nectar_row(i, n_answers=6 if i == 9 else 7, empty=i == 14) for i in range(20)]
+    path = _jsonl(tmp_path / "nectar.jsonl", rows)
+    got = list(nectar(path, rows=12))
+    picked = sorted(random.Random(42).sample(range(20), 12))
+    want = {f"nectar-{j:06d}": r for j, r in enumerate(picked) if r not in (9, 14)}
+    assert [q.query_id for q in got] == list(want)  # a dropped row leaves a gap in the numbering
+    for q in got:
+        r = want[q.query_id]
+        assert q.query == f"question {r}"  # the last Human turn, whitespace-collapsed
+        order = [f"answer of prompt {r}".replace("answer", f"answer {k}") for k in range(1, 8)]
+        random.Random(int(hashlib.sha1(q.query_id.encode()).hexdigest()[:8], 16)).shuffle(order)
+        assert [t for _, t, _ in q.docs] == order
+        assert [d for d, _, _ in q.docs] == [f"{q.query_id}-r{p:02d}" for p in range(1, 8)]
+        by_rank = {t: int(t.split()[1]) for t in order}
+        assert {t: q.grades[d] for d, t, _ in q.docs} == {t: {1: 3, 2: 2, 3: 2, 4: 1, 5: 1, 6: 0, 7: 0}[k]
+                                                         for t, k in by_rank.items()}
+    # Fewer rows than the pool: every row, in file order, through the fetch as the catalogue runs it.
+    cands, grades, _ = _convert(tmp_path, _jsonl(tmp_path / "few.jsonl", rows[:3]), "nectar")
+    assert sorted(cands["query_id"].unique().to_list()) == ["nectar-000000", "nectar-000001", "nectar-000002"]
+    assert sorted(g for (q, _), g in grades.items() if q == "nectar-000001") == [0, 0, 1, 1, 2, 2, 3]
 
 
 def test_converter_ppe(tmp_path: Path) -> None:

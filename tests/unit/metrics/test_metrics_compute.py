@@ -1,4 +1,4 @@
-"""compute_metrics (METHODS v2) against brute-force oracles written here from the METHODS text:
+"""compute_metrics (METHODS v3) against brute-force oracles written here from the METHODS text:
 pytrec_eval on explicitly de-tied runs, scipy's Kendall tau, Python sets, hand-worked cases."""
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _check_sets(out, pert, q, docs, s, pos, judged):
     pairs = list(itertools.combinations(kept, 2))
     jac = np.mean([1.0 if not (a | b) else len(a & b) / len(a | b) for a, b in pairs])
     assert value(out, pert, "jaccard", q) == pytest.approx(jac)
-    assert value(out, pert, "set_flip", q) == pytest.approx(np.mean([a != b for a, b in pairs]))
+    assert value(out, pert, "set_flip", q) == pytest.approx(_set_flip(kept))
 
     def prf(k):
         p = len(k & rel) / len(k) if k else 0.0
@@ -198,7 +198,14 @@ def _check_sets(out, pert, q, docs, s, pos, judged):
     mpairs = list(itertools.combinations(matched, 2))
     mj = np.mean([1.0 if not (a | b) else len(a & b) / len(a | b) for a, b in mpairs])
     assert value(out, pert, "matched_jaccard", q) == pytest.approx(mj)
-    assert value(out, pert, "matched_set_flip", q) == pytest.approx(np.mean([a != b for a, b in mpairs]))
+    assert value(out, pert, "matched_set_flip", q) == pytest.approx(_set_flip(matched))
+
+
+def _set_flip(sets):
+    """METHODS v3 item 9: share of the ever-retained docs whose membership is not the same in
+    every presentation; nothing ever retained -> 0."""
+    ever = set().union(*sets)
+    return sum(1 for d in ever if not all(d in x for x in sets)) / len(ever) if ever else 0.0
 
 
 def test_ties_in_ndcg_are_broken_by_presented_position():
@@ -209,7 +216,7 @@ def test_ties_in_ndcg_are_broken_by_presented_position():
     s = pl.DataFrame(rows)
     out = cm.compute_metrics(s, QRELS, dataset="t", task="rerank", variant="v", seed=None,
                              thresholds={**THR, "test_queries": ["q1"]})
-    dcg = lambda gains: sum(g / math.log2(i + 2) for i, g in enumerate(gains))  # noqa: E731
+    dcg = lambda gains: sum(g / math.log2(i + 2) for i, g in enumerate(gains))
     ideal = dcg([3, 1, 0])
     assert value(out, "first_stage", "ndcg@10", "q1") == pytest.approx(dcg([3, 0, 1, 0]) / ideal)
     # shuffle 0: d2 shown first -> d2 d3 d1 d4; shuffle 1: d3 d2 d4 d1 (d1 = 0.5 ties d4)
@@ -258,7 +265,7 @@ def test_round_robin_and_contiguous_same_shuffles_different_first_stage_quality(
     # d1 2-0.6*4 = -0.4, d2 1-0.6*5 = -2.0; (d3 d4 d5): d3 0.1-0.6 = -0.5, d4 1; (d6..d8) 0.1, 0, 0
     # ranking d0 d4 d6 d7 d8 (d7, d8 tie: d7 shown first) d1 d3 d5 d2; round-robin (d0 d3 d6), (d1 d4 d7), (d2 d5 d8):
     # d0 3.1, d3 -1.8, d6 -1.8; d1 1.5, d4 -0.2, d7 -1.8; d2 1.1, d5 -0.6, d8 -0.6 -> d0 d1 d2 d4 ...
-    dcg = lambda gains: sum(g / math.log2(i + 2) for i, g in enumerate(gains))  # noqa: E731
+    dcg = lambda gains: sum(g / math.log2(i + 2) for i, g in enumerate(gains))
     ideal = dcg([3, 2, 1, 1])
     assert value(res["contiguous"], "first_stage", "ndcg@10") == pytest.approx(dcg([3, 1, 0, 0, 0, 2, 0, 0, 1]) / ideal)
     assert value(res["round_robin"], "first_stage", "ndcg@10") == pytest.approx(1.0)
@@ -279,8 +286,10 @@ def test_bsc_ensembles_against_brute_force_means():
             kept = [{d for d, v in zip(docs, row) if v >= 0.5} for row in bsc]
             jac = np.mean([1.0 if not (a | b) else len(a & b) / len(a | b) for a, b in itertools.combinations(kept, 2)])
             assert value(out, "random_shuffle", "jaccard", q) == pytest.approx(jac)
-        if q in ("q1", "q2"):  # quality cell: nDCG of ensemble 0's BSC scores
-            want = trec("ndcg@10", q, detied(docs, bsc[0].tolist(), pos[0].tolist()))
+        if q in ("q1", "q2"):  # quality cell: nDCG of ensemble 0's BSC scores, ties by doc id descending
+            id_desc = sorted(docs, reverse=True)  # trec_eval: doc id descending (byte order)
+            order = sorted(range(len(docs)), key=lambda i: (-bsc[0][i], id_desc.index(docs[i])))
+            want = trec("ndcg@10", q, {docs[i]: float(len(docs) - r) for r, i in enumerate(order)})
             assert value(out, "first_stage", "ndcg@10", q) == pytest.approx(want)
     curve = out.filter(pl.col("perturbation").str.starts_with("bsc_curve_k"))
     assert set(curve["perturbation"]) == {"bsc_curve_k1", "bsc_curve_k2"}
@@ -295,6 +304,31 @@ def test_bsc_ensembles_against_brute_force_means():
     with pytest.raises(ValueError, match="presentations 0..7"):
         cm.compute_metrics(scores, QRELS, dataset="t", task="rerank", variant="bsc", seed=None,
                            thresholds=THR, bsc_k=K, ensembles=4)
+
+
+def test_bsc_quality_cell_breaks_ties_by_doc_id_descending():
+    """METHODS v3 item 6: the BSC quality cell ranks the mean scores as trec_eval does, score
+    descending then doc id DESCENDING (byte order: "d9" > "d10"), not by first-stage rank."""
+    qrels = pl.DataFrame({"query_id": ["q"] * 3, "doc_id": ["d10", "d9", "d2"], "relevance": [1, 3, 0]},
+                         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    first = ["d10", "d2", "d9"]  # first-stage order: d10 would win a tie by first-stage rank
+    rows = _rows("q", "first_stage", 0, first, [0.5, 0.4, 0.3])
+    # K = 2, E = 2; ensemble 0 means: d10 (0 + 2) / 2 = 1, d9 (1.5 + 0.5) / 2 = 1, d2 0
+    per_shuffle = [{"d10": 0.0, "d9": 1.5, "d2": 0.0}, {"d10": 2.0, "d9": 0.5, "d2": 0.0},
+                   {"d10": 0.3, "d9": 0.1, "d2": 0.2}, {"d10": 0.3, "d9": 0.1, "d2": 0.2}]
+    for m, sc in enumerate(per_shuffle):
+        order = [first[(i + m) % 3] for i in range(3)]
+        rows += _rows("q", "random_shuffle", m, order, [sc[d] for d in order])
+    out = cm.compute_metrics(pl.DataFrame(rows), qrels, dataset="t", task="rerank", variant="bsc", seed=None,
+                             thresholds={**THR, "dev_queries": [], "test_queries": ["q"]}, bsc_k=2, ensembles=2,
+                             bsc_curve=())
+    # trec_eval order d9 (3), d10 (1), d2 (0) is the ideal one: nDCG = 1. First-stage rank would
+    # give d10, d9, d2: (1 + 3 / log2 3) / (3 + 1 / log2 3).
+    assert value(out, "first_stage", "ndcg@10", "q") == pytest.approx(1.0)
+    run = {"d9": 3.0, "d10": 2.0, "d2": 1.0}  # explicitly de-tied in that order, through pytrec_eval
+    assert value(out, "first_stage", "ndcg@10", "q") == pytest.approx(trec("ndcg@10", "q", run, qrels))
+    wrong = (1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3))
+    assert value(out, "first_stage", "ndcg@10", "q") != pytest.approx(wrong)
 
 
 def test_identity_presentations_on_dl19(shared_data):
@@ -415,13 +449,25 @@ def test_response_task():
     bottom = [max(d for d, v in zip(docs, row) if v == min(row)) for row in s.tolist()]
     from collections import Counter
 
-    mode = lambda xs: 1 - Counter(xs).most_common(1)[0][1] / len(xs)  # noqa: E731
+    mode = lambda xs: 1 - Counter(xs).most_common(1)[0][1] / len(xs)
     assert value(out, "random_shuffle", "pair_flip", "q2") == pytest.approx(mode(list(zip(top, bottom))))
     assert value(out, "random_shuffle", "selection_flip", "q2") == pytest.approx(mode(top))
-    quality = [qd["q2"].get(d, 0) for d in top]
+    # METHODS v3 item 9: selected quality = selected grade / the prompt's maximum grade (q2: 2)
+    quality = [qd["q2"].get(d, 0) / max(qd["q2"].values()) for d in top]
     assert value(out, "random_shuffle", "selected_quality_flip", "q2") == pytest.approx(mode(quality))
     assert value(out, "random_shuffle", "selected_quality_mean", "q2") == pytest.approx(np.mean(quality))
     assert value(out, "random_shuffle", "selected_quality_canonical", "q2") == quality[0]
+    docs1, s1, _ = block_of(scores, "q1", "random_shuffle")
+    top1 = [min(d for d, v in zip(docs1, row) if v == max(row)) for row in s1.tolist()]
+    q1 = [qd["q1"].get(d, 0) / 3 for d in top1]  # q1's best response has grade 3
+    assert value(out, "random_shuffle", "selected_quality_mean", "q1") == pytest.approx(np.mean(q1))
+    # a prompt whose responses all have grade 0: no selected quality (null), left out of the mean
+    zero = pl.concat([QRELS, pl.DataFrame({"query_id": ["q3", "q3"], "doc_id": ["f1", "f2"], "relevance": [0, 0]},
+                                          schema=QRELS.schema)])
+    out0 = cm.compute_metrics(scores, zero, dataset="rm", task="response", variant="v", seed=None)
+    for metric in ("selected_quality_flip", "selected_quality_mean", "selected_quality_canonical"):
+        assert value(out0, "random_shuffle", metric, "q3") is None
+        assert value(out0, "random_shuffle", metric) == pytest.approx(value(out, "random_shuffle", metric))
     fdocs, fs, fpos = block_of(scores, "q2", "first_stage")
     run = detied(fdocs, fs[0].tolist(), fpos[0].tolist())
     assert value(out, "first_stage", "ndcg@1", "q2") == pytest.approx(trec("ndcg@1", "q2", run))
@@ -437,11 +483,16 @@ def test_qa_answers_and_gold_slots():
             "answer": ["the paris", "Lyon", "Paris", "Paris, France", "x", "y", "y"],
         }
     )
+    # q3 has one answer only: METHODS v3 item 8, its answer flip is 0 (not null)
+    answers = pl.concat([answers, pl.DataFrame({"query_id": ["q3"], "perturbation": ["random_shuffle"],
+                                                "presentation": [0], "answer": ["z"]})])
     gold = pl.DataFrame({"query_id": ["q1", "q1"], "answer": ["Paris", "Paris France"]})
     out = cm.compute_metrics(scores, QRELS, dataset="h", task="qa", variant="v", seed=None, answers=answers,
                              gold=gold, reader_k=2)
     assert value(out, "random_shuffle", "answer_flip", "q1") == pytest.approx(0.5)
     assert value(out, "random_shuffle", "answer_flip", "q2") == pytest.approx(1 / 3)
+    assert value(out, "random_shuffle", "answer_flip", "q3") == 0.0
+    assert value(out, "random_shuffle", "answer_flip") == pytest.approx((0.5 + 1 / 3 + 0.0) / 3)
     # canonical = presentation 0 ("Lyon"): EM 0, F1 0; means over presentations 3/4
     assert value(out, "random_shuffle", "em", "q1") == 0.0 and value(out, "random_shuffle", "f1", "q1") == 0.0
     assert value(out, "random_shuffle", "em_mean", "q1") == pytest.approx(3 / 4)
@@ -449,15 +500,24 @@ def test_qa_answers_and_gold_slots():
     assert out.filter((pl.col("query_id") == "q2") & pl.col("metric").is_in(["em", "f1"])).height == 0
     assert set(out.filter(pl.col("perturbation") == "first_stage")["metric"]) == {"ndcg@10", "recall@2", "recall@5"}
     assert out.filter(pl.col("metric") == "jaccard").height == 0  # QA has no threshold in v2
-    # gold paragraphs' slots in each presentation's score order (ties by presented position)
+    # METHODS v3 item 9, per presentation in score order (ties by presented position): the
+    # 0-based slot of the best-placed gold paragraph; in the top k if that slot is < k
     qd = qrels_to_dict(QRELS)
-    docs, s, pos = block_of(scores, "q1", "random_shuffle")
-    gold_docs = [d for d in docs if qd["q1"].get(d, 0) >= 1]
-    slots = np.array([[sorted(docs, key=lambda d: (-row[docs.index(d)], p[docs.index(d)])).index(g) + 1
-                       for g in gold_docs] for row, p in zip(s.tolist(), pos.tolist())])
-    assert value(out, "random_shuffle", "gold_in_top2", "q1") == pytest.approx((slots <= 2).all(axis=1).mean())
-    assert value(out, "random_shuffle", "gold_slot_mean", "q1") == pytest.approx(slots.mean())
-    assert value(out, "random_shuffle", "gold_slot_var", "q1") == pytest.approx(slots.var(axis=0).mean())
+    for q in ("q1", "q2"):
+        docs, s, pos = block_of(scores, q, "random_shuffle")
+        gold_docs = [d for d in docs if qd[q].get(d, 0) >= 1]
+        best = [min(sorted(docs, key=lambda d: (-row[docs.index(d)], p[docs.index(d)])).index(g) for g in gold_docs)
+                for row, p in zip(s.tolist(), pos.tolist())]
+        within = [b for b in best if b < 2]
+        assert value(out, "random_shuffle", "gold_in_top2", q) == pytest.approx(len(within) / len(best))
+        if within:
+            mean = sum(within) / len(within)
+            assert value(out, "random_shuffle", "gold_slot_mean", q) == pytest.approx(mean)
+            assert value(out, "random_shuffle", "gold_slot_var", q) == pytest.approx(
+                sum((b - mean) ** 2 for b in within) / len(within))
+        else:
+            assert value(out, "random_shuffle", "gold_slot_mean", q) is None
+    assert out.filter((pl.col("query_id") == "q3") & pl.col("metric").str.starts_with("gold")).height == 0
     fdocs, fs, fpos = block_of(scores, "q1", "first_stage")
     run = detied(fdocs, fs[0].tolist(), fpos[0].tolist())
     assert value(out, "first_stage", "recall@2", "q1") == pytest.approx(trec("recall@2", "q1", run))
@@ -548,5 +608,12 @@ def test_middle_injection_from_the_presentations_module_on_dl19(shared_data):
     out = cm.compute_metrics(scores, qrels, dataset="dl19", task="rerank", variant="toy", seed=None,
                              thresholds={**THR, "dev_queries": [], "test_queries": qids})
     zeng = out.filter((pl.col("metric") == "zeng_psi") & pl.col("query_id").is_not_null())
-    assert zeng.height == 8 and zeng["value"].null_count() == 0
-    assert ((zeng["value"] >= 0) & (zeng["value"] <= 1)).all()
+    assert zeng.height == 8
+    # METHODS: undefined (null) exactly where every bucket mean is 0, i.e. where every
+    # middle-injection presentation has nDCG@10 0 (its best is 0)
+    best = out.filter((pl.col("perturbation") == "middle_injection") & (pl.col("metric") == "ndcg10_shuffle_best")
+                      & pl.col("query_id").is_not_null())
+    all_zero = set(best.filter(pl.col("value") == 0)["query_id"])
+    assert set(zeng.filter(pl.col("value").is_null())["query_id"]) == all_zero
+    defined = zeng["value"].drop_nulls()
+    assert defined.len() == 8 - len(all_zero) and ((defined >= 0) & (defined <= 1)).all()

@@ -26,6 +26,82 @@ def test_threshold_hand_example_ties_go_to_the_higher_value():
         assert f1[np.argmin(abs(grid - t))] == pytest.approx(v)
     # every grid value in (1, 2] is optimal; the highest is 26 * 0.075 = 1.95
     assert dec.tune_threshold(scores, rel) == pytest.approx(1.95)
+    # the plateau values are EXACTLY equal (the same per-query F1s), and the higher one wins
+    plateau = np.flatnonzero((grid > 1.0) & (grid <= 2.0))
+    assert len(set(f1[plateau].tolist())) == 1 and dec.best_grid_index(f1) == plateau.max()
+
+
+def test_threshold_grid_is_passed_in_and_spans_the_scores_it_is_built_from():
+    # METHODS v3 item 4: the grid spans ALL queries; F1 is averaged over the tuned ones only
+    dev = [np.array([1.0, 0.0])]
+    rel = [np.array([True, False])]
+    other = [np.array([4.0, -4.0])]  # e.g. a test-half query
+    grid = dec.threshold_grid(dev + other)
+    np.testing.assert_array_equal(grid, np.linspace(-4.0, 4.0, 41))
+    g, f1 = dec.threshold_curve(dev, rel, grid=grid)
+    assert g is not None and np.array_equal(g, grid)
+    # kept only doc 0 (F1 1) for 0 < t <= 1: grid values 0.2 .. 1.0; the highest is 1.0
+    want = [1.0 if 0 < t <= 1.0 else (2 / 3 if t <= 0 else 0.0) for t in np.linspace(-4.0, 4.0, 41)]
+    np.testing.assert_allclose(f1, want)
+    assert dec.tune_threshold(dev, rel, grid=grid) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="ascending"):
+        dec.threshold_curve(dev, rel, grid=grid[::-1])
+
+
+def test_ties_in_mean_f1_are_exact_no_tolerance():
+    grid = np.array([0.0, 1.0, 2.0, 3.0])
+    # exact tie at 1 and 3: walking upwards with >=, the higher (3) wins
+    assert dec.best_grid_index([0.2, 0.6, 0.1, 0.6]) == 3
+    # 1e-15 apart is NOT a tie: the larger F1 wins although its threshold is lower
+    # (v2's 1e-12 tolerance would have taken index 3)
+    f1 = [0.2, 0.6, 0.1, 0.6 - 1e-15]
+    assert f1[3] != f1[1]
+    assert dec.best_grid_index(f1) == 1 and grid[dec.best_grid_index(f1)] == 1.0
+    f1 = [0.2, 0.6 - 1e-15, 0.1, 0.6]
+    assert dec.best_grid_index(f1) == 3
+    # every value equal: the top of the grid
+    assert dec.best_grid_index([0.5] * 4) == 3
+    assert not hasattr(dec, "_TIE_EPS")
+
+
+def test_mean_f1_near_tie_end_to_end_is_not_a_tie():
+    # Two grid values whose mean F1 is 0.9 in exact arithmetic but differs in the last bit of
+    # the float sum (query order): v2's 1e-12 tolerance called it a tie and took the higher
+    # threshold; v3's exact ``>=`` keeps the larger float, here at the LOWER threshold.
+    scores = [np.array([4.0, 6.0, 0.0]), np.array([4.0, 3.0, 2.0]), np.array([1.0, 5.0, 4.0]),
+              np.array([1.0, 0.0, 6.0])]
+    rel = [np.array([1, 1, 0], bool), np.array([1, 0, 1], bool), np.array([1, 1, 1], bool),
+           np.array([1, 1, 1], bool)]
+    grid, f1 = dec.threshold_curve(scores, rel)
+    assert grid[0] == 0.0 and grid[6] == pytest.approx(0.9) and grid[-1] == 6.0
+    # grid 0, 0.15, ..., 6. Hand F1 per query = 2|S & R| / (|S| + |R|):
+    # t = 0 keeps everything: 4/5, 4/5, 1, 1; t = 0.9 drops q1's doc 2 and q4's doc 1: 1, 4/5, 1, 4/5
+    at0 = (((0.8 + 0.8) + 1.0) + 1.0) / 4
+    at09 = (((1.0 + 0.8) + 1.0) + 0.8) / 4
+    assert at0 == 0.9 and at09 == 0.8999999999999999 and at09 != at0 and at0 - at09 < 1e-12
+    assert f1[0] == at0 and f1[6] == at09
+    assert f1.max() == at0 and (f1[7:] < at09).all() and (f1[1:6] <= at09).all()
+    assert dec.tune_threshold(scores, rel) == 0.0  # v2 gave 0.9
+
+
+def test_mean_f1_is_the_papers_arithmetic_bit_for_bit():
+    """Exact ties make the last bit matter: per query P = tp/|S|, R = tp/|R| (0 when empty), F1 =
+    2PR/(P+R) (0 when P + R = 0), then the float64 mean over queries in order; written out here
+    in Python floats and compared with ==, on integer-grade scores where ties are common."""
+    rng = np.random.default_rng(7)
+    scores = [rng.integers(0, 4, size=int(rng.integers(3, 12))).astype(float) for _ in range(37)]
+    rel = [rng.random(len(x)) < 0.4 for x in scores]
+    grid, f1 = dec.threshold_curve(scores, rel)
+    for g, t in enumerate(grid.tolist()):
+        per_query = []
+        for x, r in zip(scores, rel):
+            kept = [float(v) >= t for v in x]
+            tp = sum(k and bool(y) for k, y in zip(kept, r))
+            n_ret, n_rel = sum(kept), int(r.sum())
+            p = tp / n_ret if n_ret else 0.0
+            rc = tp / n_rel if n_rel else 0.0
+            per_query.append(2 * p * rc / (p + rc) if (p + rc) > 0 else 0.0)
+        assert f1[g] == float(np.mean(per_query)), t
 
 
 def test_threshold_query_without_relevant_doc_scores_f1_zero():
@@ -52,14 +128,29 @@ def test_jaccard_flip_and_size_hand_example():
     s = np.array([[0.9, 0.8, 0.1, 0.0], [0.6, 0.7, 0.2, 0.4], [0.9, 0.1, 0.5, 0.3]])
     jac, flip, size = dec.set_stats(s, 0.5)
     assert jac == pytest.approx((1 + 1 / 3 + 1 / 3) / 3)
+    # METHODS v3 set flip: ever retained U = {a, b, c}; a is in every set, b and c are not
     assert flip == pytest.approx(2 / 3)
     assert size == 2.0
 
 
+def test_set_flip_is_the_share_of_ever_retained_docs_that_change():
+    # S0 = {a, b, c}, S1 = {a, b, c}, S2 = {a, b, c}, S3 = {a, b}: U = {a, b, c}, only c changes.
+    # v2's "share of pairs that differ" would give 3/6 = 0.5; v3 gives 1/3.
+    s = np.array([[0.9, 0.8, 0.7, 0.0], [0.9, 0.8, 0.7, 0.0], [0.9, 0.8, 0.7, 0.0], [0.9, 0.8, 0.1, 0.0]])
+    assert dec.set_stats(s, 0.5)[1] == pytest.approx(1 / 3)
+    assert dec.pair_stats(s >= 0.5)[1] == pytest.approx(1 / 3)
+    # every doc retained somewhere but never by all: flip 1
+    assert dec.pair_stats(np.array([[True, False], [False, True]]))[1] == 1.0
+    # identical sets: flip 0
+    assert dec.pair_stats(np.array([[True, False], [True, False]]))[1] == 0.0
+
+
 def test_jaccard_edge_cases():
     both_empty = np.array([[0.1, 0.2], [0.2, 0.1]])
+    # nothing ever retained: U empty, nothing changed -> set flip 0 (and Jaccard 1)
     assert dec.set_stats(both_empty, 0.5)[:2] == (1.0, 0.0)
     one_empty = np.array([[0.9, 0.2], [0.2, 0.1]])
+    # U = {a}; a is not in the second set -> flip 1
     assert dec.set_stats(one_empty, 0.5)[:2] == (0.0, 1.0)
     jac, flip, size = dec.set_stats(np.array([[0.9, 0.1]]), 0.5)  # single presentation
     assert math.isnan(jac) and math.isnan(flip) and size == 1.0
@@ -77,7 +168,9 @@ def test_set_stats_many_equals_python_sets(m, n, seed):
         if pairs:
             ej = np.mean([1.0 if not (x | y) else len(x & y) / len(x | y) for x, y in pairs])
             assert j == pytest.approx(ej)
-            assert f == pytest.approx(np.mean([x != y for x, y in pairs]))
+            ever = frozenset().union(*sets)
+            changed = [d for d in ever if not all(d in x for x in sets)]
+            assert f == pytest.approx(len(changed) / len(ever) if ever else 0.0)
         else:
             assert math.isnan(j) and math.isnan(f)
         assert s == pytest.approx(np.mean([len(x) for x in sets]))
@@ -107,8 +200,19 @@ def test_response_ties_go_to_the_smaller_id_and_ids_compare_as_strings():
     # row 2: all tie -> order a, b, c.
     assert dec.top_bottom(s, ids) == [("a", "c"), ("a", "b"), ("a", "c")]
     grades = [3, 1, 0]  # b = 3, a = 1, c = 0
-    np.testing.assert_array_equal(dec.selected_quality(s, ids, grades), [1, 1, 1])
-    assert dec.selected_quality(np.array([[0.0, 0.5, 1.0]]), ids, grades).tolist() == [0.0]
+    np.testing.assert_array_equal(dec.selected_grade(s, ids, grades), [1, 1, 1])
+    assert dec.selected_grade(np.array([[0.0, 0.5, 1.0]]), ids, grades).tolist() == [0.0]
+
+
+def test_selected_quality_is_the_grade_over_the_prompts_maximum_grade():
+    ids = ["b", "a", "c"]
+    grades = [3, 1, 0]  # b = 3, a = 1, c = 0; the prompt's maximum grade is 3
+    s = np.array([[1.0, 1.0, 0.0], [5.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # selected a, b, c
+    np.testing.assert_allclose(dec.selected_quality(s, ids, grades), [1 / 3, 3 / 3, 0 / 3])
+    # the maximum comes from the prompt's judged responses when given (here a grade 2 elsewhere)
+    np.testing.assert_allclose(dec.selected_quality(s, ids, [2, 1, 0], max_grade=4), [1 / 4, 2 / 4, 0.0])
+    # a prompt whose best response has grade 0: undefined (NaN), never 0/0 or 0
+    assert np.isnan(dec.selected_quality(s, ids, [0, 0, 0])).all()
 
 
 def test_matched_retention_hand_example():
@@ -179,4 +283,6 @@ def test_answer_flip_hand_example():
     assert qa.answer_flip(["Paris", "paris.", "Lyon", "the Paris"]) == pytest.approx(0.25)
     assert qa.answer_flip(["a", "b", "c", "d"]) == pytest.approx(0.75)
     assert qa.answer_flip(["x", "X"]) == 0.0
-    assert math.isnan(qa.answer_flip(["only one"]))
+    # METHODS v3 item 8: with one presentation the answer flip is 0, not undefined
+    assert qa.answer_flip(["only one"]) == 0.0
+    assert math.isnan(qa.answer_flip([]))  # no answer at all: nothing to measure

@@ -114,8 +114,11 @@ def test_zeng_psi_hand_examples():
     assert ins.zeng_psi(np.array([0.8, 0.4, 0.6]), np.array([0, 2, 0])) == pytest.approx(1 - 0.4 / 0.7)
     # a single non-empty bucket shows no positional contrast: undefined
     assert math.isnan(ins.zeng_psi(np.array([0.8, 0.4]), np.array([1, 1])))
-    # every bucket at nDCG 0: the buckets agree
-    assert ins.zeng_psi(np.zeros(3), np.array([0, 1, 2])) == 0.0
+    # METHODS: every bucket mean 0 -> min/max is 0/0, undefined (null), not 0
+    assert math.isnan(ins.zeng_psi(np.zeros(3), np.array([0, 1, 2])))
+    assert math.isnan(ins.zeng_psi(np.zeros(2), np.array([0, 2])))
+    # one bucket at 0, another above: defined, 1 - 0 / 0.5 = 1
+    assert ins.zeng_psi(np.array([0.0, 0.5]), np.array([0, 2])) == 1.0
     # equal buckets -> 0
     assert ins.zeng_psi(np.array([0.5, 0.5, 0.5]), np.array([0, 1, 2])) == 0.0
 
@@ -127,3 +130,6 @@ def test_zeng_psi_corpus_form():
     # differs from the mean of per-query values: a different quantity
     per_query = np.nanmean([ins.zeng_from_bucket_means(m) for m in means])
     assert per_query != pytest.approx(ins.zeng_psi_corpus(means))
+    # every bucket average 0 over the corpus: undefined (null)
+    assert math.isnan(ins.zeng_psi_corpus(np.array([[0.0, 0.0, np.nan], [0.0, np.nan, 0.0]])))
+    assert math.isnan(ins.zeng_from_bucket_means(np.array([0.0, 0.0, 0.0])))

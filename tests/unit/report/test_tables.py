@@ -75,6 +75,23 @@ def test_cells_are_means_over_datasets_then_seeds():
     assert "tau-PSI (tau-a)" in md and "Off the shelf" in md and "headline" in md
 
 
+def test_bsc_passes_per_query_are_one_plus_e_times_k_not_a_k_curve_average():
+    """METHODS v3: the counts state BSC's passes per query (1 first-stage + E*K shuffles)."""
+    rows = _rows("bsc", None, "a", "tau_psi", "random_shuffle", {"q1": 0.1})
+    rows += _rows("bsc", None, "a", "passes_per_query", "random_shuffle", {None: 1.0 + 4 * 2})[1:]
+    for k in (1, 2):  # the K-curve's own cost rows must not be averaged in (7.67 instead of 9 before)
+        rows += _rows("bsc", None, "a", "passes_per_query", f"bsc_curve_k{k}", {None: 1.0 + 4 * k})[1:]
+    _, counts = build_table1(pl.DataFrame(rows, schema=SCHEMA), variants(bsc={"label": "BSC (x2)", "bsc_k": 2}))
+    assert counts.filter(pl.col("column") == "rerank_tau_psi")["passes_per_query"].to_list() == [9.0]
+
+
+def test_markdown_names_every_non_paper_rule():
+    table, _ = build_table1(_metrics(), VARIANTS)
+    md = to_markdown(table, departures=["shuffles drawn per query: dl19"])
+    assert "Not the paper's protocol: shuffles drawn per query: dl19." in md
+    assert "Not the paper's protocol" not in to_markdown(table)
+
+
 def test_bsc_curve_and_files(tmp_path):
     curve = bsc_curve(_metrics())
     assert curve.select("K", "value", "datasets").rows() == [(1, pytest.approx(0.5), 2), (2, pytest.approx(0.3), 1)]

@@ -63,7 +63,7 @@ class RecordingScorer:
         return self.score_prompts([(query, docs)])[0]
 
 
-def hand_calibrate(p, q, beta=1.0, eps=1e-6):
+def hand_calibrate(p, q, beta=1.0, eps=1e-8):  # METHODS v3 item 7: epsilon 1e-8
     """METHODS.md, written out: alpha = beta*H(p) in nats; p' = p - alpha(q_s - 1/4); clip; renormalise."""
     h = -sum(x * math.log(x) for x in p if x > 0)
     shifted = [max(p[g] - beta * h * (q[g] - 0.25), eps) for g in range(4)]
@@ -78,7 +78,7 @@ def test_capcal_rule_by_hand():
     h0 = 0.9404479886553263
     assert entropy_nats(p[:1])[0] == pytest.approx(h0, abs=1e-12)
     # q - 1/4 = (-.15, -.05, .05, .15); grade 3: 0.1 - 0.15 H = -0.041 < 0 is clipped to eps.
-    want0 = np.array([0.7 + 0.15 * h0, 0.1 + 0.05 * h0, 0.1 - 0.05 * h0, 1e-6])
+    want0 = np.array([0.7 + 0.15 * h0, 0.1 + 0.05 * h0, 0.1 - 0.05 * h0, 1e-8])
     want0 = want0 / want0.sum()
     got = calibrate_probs(p, q)
     np.testing.assert_allclose(got[0], want0, rtol=1e-12)
@@ -91,7 +91,7 @@ def test_capcal_rule_by_hand():
     # 0.01 - 0.75 H < 0 -> eps; the others gain 0.25 H; then the four are renormalised.
     clipped = calibrate_probs(np.array([[0.97, 0.01, 0.01, 0.01]]), np.array([[0, 0, 0, 1.0]]))
     h = -(0.97 * math.log(0.97) + 3 * 0.01 * math.log(0.01))  # 0.16770...
-    by_hand = np.array([0.97 + 0.25 * h, 0.01 + 0.25 * h, 0.01 + 0.25 * h, 1e-6])
+    by_hand = np.array([0.97 + 0.25 * h, 0.01 + 0.25 * h, 0.01 + 0.25 * h, 1e-8])
     np.testing.assert_allclose(clipped[0], by_hand / by_hand.sum(), rtol=1e-9)
 
 
@@ -133,6 +133,17 @@ def test_capcal_probes_only_and_matches_the_formula(tmp_path):
     assert meta["capcal"]["probe_prompts"] == 6 and meta["capcal"]["reuses"] == str(src)
     assert meta["perturbations"] == ["first_stage", "random_shuffle"]
     assert not (tmp_path / "capcal.parquet.partial").exists()
+
+
+def test_capcal_prior_is_cached_per_query_text(tmp_path):
+    """Two query ids with one text share one prior: probed once per prompt size (METHODS v3 item 7)."""
+    cand = make_candidates(3, 7).with_columns(
+        pl.when(pl.col("query_id") == "q2").then(pl.lit("query number 0")).otherwise(pl.col("query")).alias("query"))
+    src, _ = _off_the_shelf(tmp_path, cand)
+    probe = RecordingScorer()
+    calibrate_scores(read_table(src, "scores"), dict(zip(cand["query_id"], cand["query"])), probe)
+    assert sorted((q, len(d)) for q, d in probe.prompts) == sorted(
+        (f"query number {q}", b) for q in (0, 1) for b in (1, 3))
 
 
 def test_capcal_refuses_another_model_protocol_or_run(tmp_path):

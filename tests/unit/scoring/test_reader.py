@@ -19,6 +19,8 @@ from presdep.scoring.reader import (
     READER_PROMPT_SHA256,
     FrozenReader,
     clean_answer,
+    extract_answer,
+    paper_answer,
     read_answers,
     read_answers_files,
     render_prompt,
@@ -54,6 +56,18 @@ def tiny(tokenizer):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                       bos_token_id=1, eos_token_id=2, pad_token_id=2)
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+
+
+def test_paper_answer_is_the_first_line_without_its_answer_label():
+    assert paper_answer("Answer: Chief of Protocol.\nMore text") == "Chief of Protocol."
+    assert paper_answer("  Paris\nAnswer: Rome") == "Paris"  # only the first line counts
+    assert paper_answer("The answer is 1,200 seats.") == "The answer is 1,200 seats."  # no other label
+    assert paper_answer("**Answer:** Paris") == "**Answer:** Paris"  # markdown is the lenient rule's
+    assert paper_answer("\n\nAnswer:2016\n") == "2016" and paper_answer("") == ""
+    assert extract_answer("**Answer:** Paris", "lenient") == "Paris"
+    assert extract_answer("**Answer:** Paris", "paper") == "**Answer:** Paris"
+    with pytest.raises(ValueError, match="answer_extraction"):
+        extract_answer("x", "loose")
 
 
 def test_clean_answer():
@@ -164,8 +178,14 @@ def test_read_answers_rows_and_raw_text():
     items = dict(zip([(r["query_id"], r["presentation"]) for r in answers.iter_rows(named=True)], fake.calls[0]))
     assert items[("q1", 1)] == ("Q one?", ["B: beta", "A: alpha", "D: delta"])
     got = {(r["query_id"], r["presentation"]): (r["answer"], r["raw_answer"]) for r in answers.iter_rows(named=True)}
-    assert got[("q1", 0)] == ("A", "The answer is: A.\nmore")
-    assert got[("q1", 1)][0] == "B" and got[("q2", 1)][0] == "Y"
+    # The paper's rule keeps the first line whole unless it starts with "Answer:" ...
+    assert got[("q1", 0)] == ("The answer is: A.", "The answer is: A.\nmore")
+    assert facts["answer_extraction"] == "paper"
+    # ... the lenient option (a named, recorded choice) reads the label "The answer is".
+    lenient, facts = read_answers(SCORES, CANDS, _TitleReader(), k=3, extraction="lenient")
+    got = {(r["query_id"], r["presentation"]): r["answer"] for r in lenient.iter_rows(named=True)}
+    assert got[("q1", 0)] == "A" and got[("q1", 1)] == "B" and got[("q2", 1)] == "Y"
+    assert facts["answer_extraction"] == "lenient"
 
 
 def test_read_answers_refuses_unknown_docs():
@@ -209,23 +229,27 @@ def test_job_writes_the_answers_contract(tiny, tokenizer, tmp_path):
     write_table(CANDS, tmp_path / "c.parquet", "candidates")
     out = tmp_path / "answers" / "v" / "d.parquet"
     read_answers_files(scores_path=tmp_path / "s.parquet", candidates_path=tmp_path / "c.parquet", out_path=out,
-                       reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 5},
+                       reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 5, "answer_extraction": "paper"},
                        model_dir=model_dir, max_doc_chars=100, threads=1)
     answers = read_table(out, "answers")
     assert answers.height == 4 and set(answers["perturbation"]) == {"random_shuffle"}
     assert answers["raw_answer"].null_count() == 0
-    # The stored answer is the cleaned raw text.
-    assert [clean_answer(x) for x in answers["raw_answer"]] == answers["answer"].to_list()
+    # The stored answer is the paper's: the raw text's first line, a leading "Answer:" stripped.
+    def first_line_oracle(t):  # written from METHODS v3 item 8
+        line = t.strip().split("\n")[0].strip()
+        return line.removeprefix("Answer:").strip()
+    assert [first_line_oracle(x) for x in answers["raw_answer"]] == answers["answer"].to_list()
     meta = read_metadata(out)
+    assert meta["answer_extraction"] == "paper"
     assert meta["reader"]["prompt_sha256"] == READER_PROMPT_SHA256 and meta["k"] == 5
     assert not list(out.parent.glob(".*.tmp")), "written atomically"
-    with pytest.raises(ValueError, match=r"lacks \['k', 'max_new_tokens', 'batch_size', 'dtype'\]"):
+    with pytest.raises(ValueError, match=r"lacks \['k', 'max_new_tokens', 'batch_size', 'dtype', 'answer_extraction'\]"):
         read_answers_files(scores_path=tmp_path / "s.parquet", candidates_path=tmp_path / "c.parquet", out_path=out,
                            reader_config={"device": "cpu"}, model_dir=model_dir)
     write_table(SCORES, tmp_path / "old.parquet", "scores")
     with pytest.raises(ValueError, match="old.parquet: scores metadata lacks bsc_k"):
         read_answers_files(scores_path=tmp_path / "old.parquet", candidates_path=tmp_path / "c.parquet", out_path=out,
-                           reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 5},
+                           reader_config={"max_new_tokens": 4, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 5, "answer_extraction": "paper"},
                            model_dir=model_dir)
 
 
@@ -281,7 +305,7 @@ SLOW_READ = textwrap.dedent(
     d = sys.argv[1]
     read_answers_files(scores_path=d + "/s.parquet", candidates_path=d + "/c.parquet",
                        out_path=sys.argv[2], model_dir=d + "/model", max_doc_chars=100, threads=1,
-                       reader_config={"max_new_tokens": 3, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 3})
+                       reader_config={"max_new_tokens": 3, "batch_size": 2, "device": "cpu", "dtype": "auto", "k": 3, "answer_extraction": "paper"})
     print(len(calls))
     """
 )

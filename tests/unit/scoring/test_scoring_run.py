@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,13 @@ from kill_utils import kill_then_resume
 
 from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.presentations import chunk_positions, random_shuffle, shuffle_seed, stable_seed
+
+
+def paper_oracle(items, m):
+    """METHODS v3 item 1, written from its text: the list shuffled by random.Random(m).shuffle."""
+    out = list(items)
+    random.Random(m).shuffle(out)
+    return out
 from presdep.contracts.schemas import read_metadata, read_table
 from presdep.scoring import GradeReadout
 from presdep.scoring.run import score_dataset
@@ -82,10 +90,12 @@ def test_identity_rows_and_contract(tmp_path):
     assert df.equals(df.sort("perturbation", "presentation", "query_id", "position"))
     for _, g in df.group_by("perturbation", "presentation", "query_id"):
         assert sorted(g["position"].to_list()) == list(range(n_d))
-    # The shuffles are the stable ones.
-    g = df.filter((pl.col("perturbation") == "random_shuffle") & (pl.col("presentation") == 1) & (pl.col("query_id") == "q2"))
-    base = cand.filter(pl.col("query_id") == "q2").sort("first_stage_rank")["doc_id"].to_list()
-    assert g.sort("position")["doc_id"].to_list() == random_shuffle(base, shuffle_seed(13, "toy", "q2", 1))
+    # Every shuffle m of every query is random.Random(m).shuffle of its first-stage list.
+    for q in ("q0", "q2"):
+        base = cand.filter(pl.col("query_id") == q).sort("first_stage_rank")["doc_id"].to_list()
+        for m in range(3):
+            g = df.filter((pl.col("perturbation") == "random_shuffle") & (pl.col("presentation") == m) & (pl.col("query_id") == q))
+            assert g.sort("position")["doc_id"].to_list() == paper_oracle(base, m)
     first = df.filter(pl.col("perturbation") == "first_stage")
     assert set(first["presentation"]) == {0}
     assert (first["position"] == first.join(cand, on=["query_id", "doc_id"])["first_stage_rank"] - 1).all()
@@ -93,7 +103,44 @@ def test_identity_rows_and_contract(tmp_path):
     assert meta["params"]["protocol"]["M"] == 3 and meta["params"]["variant"]["bsc_k"] == 1
     assert meta["perturbations"] == ["first_stage", "random_shuffle", "within_chunk"]
     assert meta["presentations"] == {"first_stage": 1, "random_shuffle": 3, "within_chunk": 3}
+    assert meta["shuffle_rule"] == "paper" and meta["shuffle_queries"] == {"list": None, "queries": 4, "of": 4}
     assert not (tmp_path / "s.parquet.partial").exists()
+
+
+def test_per_query_shuffle_rule_is_a_named_option(tmp_path):
+    """shuffle_rule per_query: presdep's v2 draw per (seed, dataset, query, m), recorded in the metadata."""
+    cand = make_candidates()
+    out = tmp_path / "s.parquet"
+    proto = Protocol.checked({**PROTOCOL, "perturbations": ["random_shuffle"], "shuffle_rule": "per_query"})
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=proto, out_path=out)
+    df = read_table(out, "scores")
+    g = df.filter((pl.col("perturbation") == "random_shuffle") & (pl.col("presentation") == 1) & (pl.col("query_id") == "q2"))
+    base = cand.filter(pl.col("query_id") == "q2").sort("first_stage_rank")["doc_id"].to_list()
+    assert g.sort("position")["doc_id"].to_list() == random_shuffle(base, shuffle_seed(13, "toy", "q2", 1))
+    assert read_metadata(out)["shuffle_rule"] == "per_query"
+    with pytest.raises(ValueError, match="shuffle_rule"):
+        Protocol.checked({**PROTOCOL, "shuffle_rule": "nope"})
+
+
+def test_shuffles_run_on_the_fixed_query_list(tmp_path):
+    """A dataset's shuffle list: first-stage pass on every query, random shuffles on the listed ones only."""
+    import hashlib
+    cand = make_candidates(4, 5)
+    lst = tmp_path / "list.txt"
+    lst.write_text("q3\nq1\nq9\n")  # q9 has no candidates: it is simply not scored
+    sha = hashlib.sha256(lst.read_bytes()).hexdigest()
+    proto = Protocol.checked({**PROTOCOL, "perturbations": ["random_shuffle"], "shuffle_queries": {"path": str(lst), "sha256": sha}})
+    out = tmp_path / "s.parquet"
+    score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=proto, out_path=out)
+    df = read_table(out, "scores")
+    per = {p: sorted(g["query_id"].unique().to_list()) for (p,), g in df.group_by("perturbation")}
+    assert per == {"first_stage": ["q0", "q1", "q2", "q3"], "random_shuffle": ["q1", "q3"]}
+    meta = read_metadata(out)
+    assert meta["shuffle_queries"] == {"list": {"name": "list", "sha256": sha, "path": str(lst)}, "queries": 2, "of": 4}
+    lst.write_text("q3\nq1\n")  # the file changed under its pin: refused, naming the file
+    with pytest.raises(ValueError, match="list.txt.*sha256"):
+        score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "identity"}), protocol=proto,
+                      out_path=tmp_path / "t.parquet")
 
 
 @pytest.mark.parametrize("chunking", ["contiguous", "round_robin"])
@@ -108,11 +155,9 @@ def test_prompts_slots_and_texts(tmp_path, chunking):
     # 2 queries x (1 + 2M presentations) x 3 prompts of at most B = 3 documents.
     assert len(seen) == 2 * 7 * 3
     assert all(q.startswith("query ") and 1 <= len(d) <= 3 for q, d in seen)
-    # A random shuffle is cut into consecutive prompts for every variant; the variant's
-    # chunking applies to the first-stage pass and to within_chunk membership.
-    cut = {"first_stage": chunking, "within_chunk": chunking, "random_shuffle": "contiguous"}
+    # Every pass is cut by the variant's chunking, the shuffles too (METHODS v3 item 2).
     for row in df.iter_rows(named=True):
-        assert chunk_positions(8, 3, cut[row["perturbation"]])[row["prompt"]][row["slot"]] == row["position"]
+        assert chunk_positions(8, 3, chunking)[row["prompt"]][row["slot"]] == row["position"]
     # The readout of a row is the fake scorer's for that doc text at that slot.
     texts = dict(zip(cand["doc_id"], cand["doc"]))
     for row in df.head(30).iter_rows(named=True):
@@ -147,8 +192,8 @@ def test_bsc_stores_raw_scores_of_e_times_k_shuffles(tmp_path):
     q = "q1"
     g = cand.filter(pl.col("query_id") == q).sort("first_stage_rank")
     ids, texts = g["doc_id"].to_list(), dict(zip(g["doc_id"], g["doc"]))
-    for m in range(e * k):  # presentation m = shuffle m, the same seeds as every other variant
-        want = _direct_readouts(ref, q, random_shuffle(ids, shuffle_seed(13, "toy", q, m)), texts)
+    for m in range(e * k):  # presentation m = shuffle m, continuing m = 0..E*K-1 (METHODS v3 item 1)
+        want = _direct_readouts(ref, q, paper_oracle(ids, m), texts)
         got = shuffles.filter((pl.col("presentation") == m) & (pl.col("query_id") == q))
         assert got.height == 6
         for row in got.iter_rows(named=True):
@@ -163,8 +208,9 @@ def test_bsc_stores_raw_scores_of_e_times_k_shuffles(tmp_path):
     assert meta["presentations"]["random_shuffle"] == e * k
 
 
-def test_round_robin_changes_only_the_first_stage_pass(tmp_path):
-    """Round-robin and off the shelf: identical shuffled rows, different first-stage pass."""
+def test_round_robin_deals_every_pass_round_robin(tmp_path):
+    """Round-robin: prompt j of P holds presented positions j, j+P, ... of every pass, the first-stage
+    order and each shuffle (METHODS v3 item 2), so its shuffled rows differ from off the shelf's by draw."""
     cand = make_candidates(2, 8)
     proto = {**PROTOCOL, "perturbations": ["random_shuffle"]}
     frames = {}
@@ -173,20 +219,23 @@ def test_round_robin_changes_only_the_first_stage_pass(tmp_path):
         score_dataset(cand, dataset="toy", run=ScoringRun.checked({**V, "scorer": "fake", "chunking": chunking}), protocol=Protocol.checked(proto),
                       out_path=out, scorer=SlotTextScorer())
         frames[chunking] = read_table(out, "scores")
-    shuf = [f.filter(pl.col("perturbation") == "random_shuffle") for f in frames.values()]
-    assert shuf[0].equals(shuf[1])
     ref, q = SlotTextScorer(), "q0"
     g = cand.filter(pl.col("query_id") == q).sort("first_stage_rank")
     ids, texts = g["doc_id"].to_list(), dict(zip(g["doc_id"], g["doc"]))
-    # Round-robin by hand: 8 documents, B = 3 -> P = 3 prompts: ranks {1,4,7}, {2,5,8}, {3,6}.
-    by_hand = {0: [ids[0], ids[3], ids[6]], 1: [ids[1], ids[4], ids[7]], 2: [ids[2], ids[5]]}
-    rr = frames["round_robin"].filter((pl.col("perturbation") == "first_stage") & (pl.col("query_id") == q))
-    for j, members in by_hand.items():
-        got = rr.filter(pl.col("prompt") == j).sort("slot")
-        assert got["doc_id"].to_list() == members
-        assert got["score"].to_list() == pytest.approx([r.score for r in ref.score(q, [texts[d] for d in members])])
-    contiguous = frames["contiguous"].filter((pl.col("perturbation") == "first_stage") & (pl.col("query_id") == q))
-    assert not np.allclose(contiguous.sort("doc_id")["score"].to_numpy(), rr.sort("doc_id")["score"].to_numpy())
+    # By hand: 8 documents, B = 3 -> P = 3 prompts: presented positions {0,3,6}, {1,4,7}, {2,5}.
+    dealt = {0: [0, 3, 6], 1: [1, 4, 7], 2: [2, 5]}
+    for pert, m, order in [("first_stage", 0, ids)] + [("random_shuffle", m, paper_oracle(ids, m)) for m in range(3)]:
+        rr = frames["round_robin"].filter((pl.col("perturbation") == pert) & (pl.col("presentation") == m)
+                                          & (pl.col("query_id") == q))
+        for j, positions in dealt.items():
+            got = rr.filter(pl.col("prompt") == j).sort("slot")
+            members = [order[x] for x in positions]
+            assert got["doc_id"].to_list() == members and got["position"].to_list() == positions
+            assert got["score"].to_list() == pytest.approx([r.score for r in ref.score(q, [texts[d] for d in members])])
+    shuf = [f.filter(pl.col("perturbation") == "random_shuffle").sort("query_id", "presentation", "doc_id")
+            for f in frames.values()]
+    assert shuf[0]["position"].to_list() == shuf[1]["position"].to_list()  # the same shuffles ...
+    assert not np.allclose(shuf[0]["score"].to_numpy(), shuf[1]["score"].to_numpy())  # ... dealt differently
 
 
 def test_middle_injection_and_skip(tmp_path, caplog):

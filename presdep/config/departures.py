@@ -1,0 +1,27 @@
+"""Where a run's protocol is not the paper's: one sentence per named non-paper rule it uses.
+
+Table 1's note prints them (docs/methods/presentations.md: per-query shuffle seeds, the lenient answer
+extraction and a seeded query sample are named options, never the paper's default), so a
+table read on its own says which of its cells follow the released protocol.
+"""
+
+from __future__ import annotations
+
+from presdep.config.records import WorkflowConfig
+
+
+def departures(cfg: WorkflowConfig) -> list[str]:
+    """Sentences naming each non-paper rule the configured evaluation datasets use ([] = none)."""
+    evals = {n: d for n, d in cfg.datasets.items() if d.role == "eval"}
+    out = []
+    per_query = sorted(n for n, d in evals.items() if d.protocol.shuffle_rule != "paper")
+    if per_query:
+        out.append("shuffles drawn per query (shuffle_rule per_query), not random.Random(m) of the first-stage "
+                   f"list: {', '.join(per_query)}")
+    sampled = sorted(f"{n} ({d.max_queries})" for n, d in evals.items() if d.max_queries is not None)
+    if sampled:
+        out.append(f"a seeded sample of max_queries queries, not every judged query: {', '.join(sampled)}")
+    if cfg.reader["answer_extraction"] != "paper" and any(d.task == "qa" for d in evals.values()):
+        out.append("answers taken by the lenient extraction (any answer label, markdown removed), not the "
+                   "paper's first line without 'Answer:'")
+    return out
