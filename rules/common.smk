@@ -4,6 +4,7 @@ from pathlib import Path
 import presdep
 from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, thaw
 from presdep.config.departures import departures
+from presdep.config.load import check_config_files
 from presdep.config.wildcards import alternatives
 
 # A --configfile's datasets/variants/synthetic replace the embedded default's. Validation
@@ -11,6 +12,7 @@ from presdep.config.wildcards import alternatives
 # keys, so a typo stops the workflow here, before any job runs. From here on the rules read
 # the typed records in CFG only; `config` is refilled with the validated dict so that
 # Snakemake's own config dump (--report, provenance) shows what ran.
+check_config_files(workflow.configfiles)  # Snakemake's own YAML reading lets a repeated key pass
 _filled, CFG = load_workflow_config(
     apply_replacing_sections(config, workflow.overwrite_configfiles or []),
     SCHEMA_PATH,

@@ -65,11 +65,28 @@ def load_qrels(source: Mapping[str, Any]) -> pl.DataFrame:
 
 
 def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
-    """Order by first-stage rank and refuse what cannot be scored."""
-    empty = cands.filter(pl.col("doc").str.strip_chars() == "")
+    """Order by first-stage rank and refuse what cannot be scored.
+
+    Empty texts (empty or whitespace only, after reading):
+
+    - an empty query is an error naming the file and the query id: there is nothing to
+      judge relevance against, and scoring it would still yield numbers;
+    - an empty document is a warning with the count and the first (query, doc) in file
+      order, and is scored as given: a document may legitimately be empty (a title-less
+      BEIR entry, an empty passage in a run), and dropping it would change the list.
+    """
+    blank_query = cands.filter(pl.col("query").fill_null("").str.strip_chars() == "")
+    if blank_query.height:
+        row = blank_query.row(0, named=True)
+        n = blank_query["query_id"].n_unique()
+        more = f" ({n} queries have an empty text)" if n > 1 else ""
+        raise InputFormatError(where, f"query {row['query_id']}",
+                               f"expected a non-empty query text, got {row['query'] or ''!r}{more}")
+    empty = cands.filter(pl.col("doc").fill_null("").str.strip_chars() == "")
     if empty.height:
         row = empty.row(0, named=True)
-        log.warning("%s: %d candidate(s) have empty text (first: query %s doc %s)", where, empty.height, row["query_id"], row["doc_id"])
+        log.warning("%s: %d candidate(s) have an empty document text and are scored as empty (first: query %s doc %s)",
+                    where, empty.height, row["query_id"], row["doc_id"])
     ranks = cands.group_by("query_id").agg(pl.col("first_stage_rank").n_unique().alias("u"), pl.len().alias("n"))
     bad = ranks.filter(pl.col("u") != pl.col("n"))
     if bad.height:

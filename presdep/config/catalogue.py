@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from presdep.config.query_lists import QueryList
 from presdep.config.records import Dataset, thaw
 from presdep.config.wildcards import alternatives
+from presdep.config.yaml_io import parse_yaml
 from presdep.contracts.errors import InvalidInput, PresdepError
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
@@ -45,7 +44,7 @@ def load_catalogue(path: str | Path = CATALOGUE_PATH) -> dict[str, dict]:
     """``{"datasets": {...}, "training_pools": {...}, "query_lists": {...}}``, every entry checked
     (each shipped query list against its sha256 and id count)."""
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+        data = parse_yaml(fh, path) or {}
     problems = []
     lists = data.get("query_lists") or {}
     if not isinstance(lists, dict):

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import jsonschema
 
 from presdep.config.catalogue import expand_catalogue
+from presdep.config.paths import check_path_kinds
 from presdep.config.records import WorkflowConfig
 from presdep.config.schema_enums import SCHEMA_PATH
 from presdep.config.scorers import variant_problems
@@ -46,6 +47,17 @@ def apply_replacing_sections(config: dict, user_files: Iterable[str | Path]) -> 
             config.pop("figure1", None)
     config.update(replaced)
     return config
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Re-read each config file strictly (:func:`~presdep.config.yaml_io.load_yaml`).
+
+    Snakemake parses ``workflow_config.yaml`` and every ``--configfile`` with its own YAML
+    loader, which keeps the last of two equal keys silently; this refuses the file instead,
+    naming it, the key and both lines, before any job runs.
+    """
+    for path in paths:
+        load_yaml(path)
 
 
 # ----------------------------------------------------------------- validation
@@ -127,6 +139,7 @@ def validate_config(config: Mapping[str, Any], schema_path: str | Path) -> dict:
     if problems:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
     _check_references(filled)
+    check_path_kinds(filled)  # a directory where a file is read (or the reverse) fails here, not in its job
     return filled
 
 

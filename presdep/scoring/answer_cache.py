@@ -12,19 +12,24 @@ With ``batch_size: 1`` (the CPU default) an answer depends on its prompt alone, 
 equals a fresh generation bit for bit. With larger batches a prompt's answer is the one
 of the batch that first generated it; every later job reuses it, so two variants showing
 the reader the same paragraphs get the same answer.
+
+Each entry's checksum covers its key and the text's UTF-8 bytes
+(:mod:`presdep.runtime.content_cache`); a shard with an entry that does not match is
+quarantined and its answers are generated again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from presdep.contracts.errors import InvalidInput
-from presdep.runtime.content_cache import ContentCache
+from presdep.runtime.content_cache import ContentCache, shard_schema
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +42,10 @@ def prompt_key(ids: Sequence[int]) -> str:
 class AnswerCache(ContentCache):
     """Raw generated texts per reader prompt of one reader identity under ``root``."""
 
-    SCHEMA = pa.schema([("key", pa.string()), ("text", pa.string())])
-    FORMAT_VERSION = 1
+    SCHEMA = shard_schema(("text", pa.string()))
+    # 2: a per-entry sha256 column and Parquet page checksums (version-1 shards live under
+    # other identity folders and are no longer read).
+    FORMAT_VERSION = 2
     KIND = "answer cache"
 
     def _check(self, text: Any) -> str:
@@ -46,12 +53,13 @@ class AnswerCache(ContentCache):
             raise InvalidInput(f"answer cache: an entry is the generated text (str), got {type(text).__name__}")
         return text
 
-    def _decode(self, table: pa.Table, shard: str) -> Iterator[tuple[str, str]]:
-        for k, text in zip(table.column("key").to_pylist(), table.column("text").to_pylist()):
-            if text is None:
-                log.warning("answer cache: %s entry %s has no text; ignored", shard, k)
-                continue
-            yield k, text
+    def _canonical(self, text: str) -> bytes:
+        """The text's UTF-8 bytes."""
+        return text.encode("utf-8")
+
+    def _decode(self, table: pa.Table) -> Iterator[tuple[str | None, str | None]]:
+        for text in table.column("text").to_pylist():
+            yield (None, "no text") if text is None else (text, None)
 
     def _encode(self, keys: list[str], entries: Mapping[str, str]) -> dict[str, pa.Array]:
         return {"text": pa.array([entries[k] for k in keys], pa.string())}

@@ -8,7 +8,11 @@ prompt that another variant, an earlier run or a killed job has read is never re
 and a hit returns the stored float64 values, so scores built from it are bit-identical.
 
 Storage (:mod:`presdep.runtime.content_cache`): ``<root>/<identity key>/identity.json`` and
-Parquet shards (``key``, ``slots``, ``probs``), each renamed into place whole.
+Parquet shards (``key``, ``slots``, ``probs``, ``sha256``), each renamed into place whole.
+An entry's checksum covers its key, its shape and its float64 little-endian bytes; a value
+read back is also refused unless it is a probability distribution per slot (see
+:meth:`ReadCache._validate`). A shard holding a refused entry is quarantined, and its
+entries are read again by the scorer.
 """
 
 from __future__ import annotations
@@ -16,19 +20,38 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from presdep.contracts.errors import InvalidInput
-from presdep.runtime.content_cache import ContentCache
+from presdep.runtime.content_cache import ContentCache, shard_schema
 
 log = logging.getLogger(__name__)
 
-# Bump when the meaning of a stored read changes (it is part of every identity).
-FORMAT_VERSION = 1
-SHARD_SCHEMA = pa.schema([("key", pa.string()), ("slots", pa.int32()), ("probs", pa.list_(pa.float64()))])
+# Bump when the meaning or layout of a stored read changes (it is part of every identity).
+# 2: a per-entry sha256 column and Parquet page checksums (version-1 shards live under
+# other identity folders and are no longer read).
+FORMAT_VERSION = 2
+SHARD_SCHEMA = shard_schema(("slots", pa.int32()), ("probs", pa.list_(pa.float64())))
+# How far a slot's probabilities may sum from 1: the readout is a float64 softmax over four
+# logits (presdep.scoring.readout.grade_probs), whose sums are off by a few ulp (~1e-16).
+SUM_TOLERANCE = 1e-6
+
+
+def probability_problem(arr: np.ndarray) -> str | None:
+    """Why ``arr`` ([slots, 4] float64) is not one probability distribution per slot, or None."""
+    if not np.isfinite(arr).all():
+        return "probabilities not finite"
+    if arr.size and (arr.min() < 0.0 or arr.max() > 1.0):
+        return "probabilities outside [0, 1]"
+    off = np.abs(arr.sum(axis=1) - 1.0)
+    if off.size and off.max() > SUM_TOLERANCE:
+        worst = float(arr.sum(axis=1)[np.argmax(off)])
+        return f"a slot's probabilities sum to {worst!r}, not 1 (tolerance {SUM_TOLERANCE})"
+    return None
 
 
 def entry_key(ids: Sequence[int], read_positions: Sequence[int]) -> str:
@@ -51,19 +74,39 @@ class ReadCache(ContentCache):
         arr = np.asarray(probs, dtype=np.float64)
         if arr.ndim != 2 or arr.shape[1] != 4:
             raise InvalidInput(f"read cache: an entry is [slots, 4] grade probabilities, got shape {arr.shape}")
+        problem = probability_problem(arr)
+        if problem is not None:
+            raise InvalidInput(f"read cache: an entry is one probability distribution per slot; {problem}")
         return arr.copy()
 
     def _copy(self, value: np.ndarray) -> np.ndarray:
         return value.copy()
 
-    def _decode(self, table: pa.Table, shard: str) -> Iterator[tuple[str, np.ndarray]]:
-        for k, n, p in zip(table.column("key").to_pylist(), table.column("slots").to_pylist(),
-                           table.column("probs").to_pylist()):
-            arr = np.asarray(p, dtype=np.float64)
-            if n is None or arr.size != 4 * n:
-                log.warning("read cache: %s entry %s has %s values for %s slots; ignored", shard, k, arr.size, n)
+    def _validate(self, value: np.ndarray) -> str | None:
+        """Refuses values that are not a float64 softmax: any probability not finite or
+        outside [0, 1], or a slot whose four probabilities sum to 1 off by more than
+        ``SUM_TOLERANCE`` (1e-6 absolute)."""
+        return probability_problem(value)
+
+    def _canonical(self, value: np.ndarray) -> bytes:
+        """The shape (int64 little-endian) then the values (float64 little-endian, row-major)."""
+        return np.asarray(value.shape, dtype="<i8").tobytes() + np.ascontiguousarray(value, dtype="<f8").tobytes()
+
+    def _decode(self, table: pa.Table) -> Iterator[tuple[np.ndarray | None, str | None]]:
+        slots = table.column("slots").to_pylist()
+        probs = table.column("probs").combine_chunks()
+        offsets = probs.offsets.to_numpy()
+        flat = probs.values.to_numpy(zero_copy_only=False)  # a null value reads as NaN: refused
+        null = probs.is_null().to_numpy(zero_copy_only=False)
+        for i, n in enumerate(slots):
+            if null[i]:
+                yield None, "no probabilities"
                 continue
-            yield k, arr.reshape(n, 4)
+            arr = flat[offsets[i] : offsets[i + 1]]
+            if n is None or n < 0 or arr.size != 4 * n:
+                yield None, f"{arr.size} values for {n} slots"
+                continue
+            yield arr.astype(np.float64).reshape(n, 4), None
 
     def _encode(self, keys: list[str], entries: Mapping[str, np.ndarray]) -> dict[str, pa.Array]:
         return {"slots": pa.array([entries[k].shape[0] for k in keys], pa.int32()),
@@ -85,4 +128,4 @@ class Stopwatch:
         return False
 
 
-__all__ = ["FORMAT_VERSION", "ReadCache", "Stopwatch", "entry_key"]
+__all__ = ["FORMAT_VERSION", "SUM_TOLERANCE", "ReadCache", "Stopwatch", "entry_key", "probability_problem"]

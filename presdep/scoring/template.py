@@ -15,8 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
+from presdep.config.yaml_io import parse_yaml
 from presdep.contracts.errors import InvalidInput, PresdepError
 
 DEFAULT_TEMPLATE = "relevance_v2"
@@ -91,7 +90,7 @@ def _parse(name: str, data: bytes, where: str) -> PromptTemplate:
     if where.endswith(".txt"):
         # A plain user-message template (no system message, no instruction line).
         return PromptTemplate(name=name, user=data.decode("utf-8"), sha256=sha)
-    spec = yaml.safe_load(data.decode("utf-8"))
+    spec = parse_yaml(data.decode("utf-8"), where)
     if not isinstance(spec, dict):
         raise InvalidInput(f"{where}: a rubric template is a YAML mapping with keys {list(_RUBRIC_KEYS)}")
     missing = [k for k in _RUBRIC_KEYS if k not in spec]

@@ -20,6 +20,7 @@ import polars as pl
 import torch
 
 from presdep import __version__
+from presdep.contracts.schemas import atomic_write
 from presdep.training.lora import adapter_state, load_adapter_state, save_adapter
 
 
@@ -57,16 +58,16 @@ def write_checkpoint(out_dir: Path, step: int, model: Any, optimizer: torch.opti
 
     def write(tmp: Path) -> None:
         save_adapter(model, tmp / "adapter")
-        torch.save(
-            {
-                "step": step,
-                "optimizer": optimizer.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "adapter": adapter_state(model),
-            },
-            tmp / "trainer.pt",
-        )
+        state = {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "adapter": adapter_state(model),
+        }
+        # Through the atomic writer: on a full disk torch.save says only "basic_ios::clear:
+        # iostream error" (or "unexpected pos"); atomic_write turns that into DiskFullError.
+        atomic_write(tmp / "trainer.pt", lambda p: torch.save(state, p))
         (tmp / "log.json").write_text(json.dumps({"rows": rows, "heldout": heldout_rows}))
 
     final = step_dir(out_dir, step)

@@ -6,6 +6,7 @@ the tests and by the benchmark when the real model is not fetched.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -66,8 +67,101 @@ def load_adapter_state(model: Any, state: Mapping[str, torch.Tensor]) -> None:
 
 
 def save_adapter(model: Any, out_dir: str | Path) -> None:
-    """peft's own adapter folder (adapter_config.json + adapter_model.safetensors)."""
+    """peft's own adapter folder (adapter_config.json + adapter_model.safetensors), byte-stable.
+
+    Identical weights give identical bytes: the adapter's hash is its identity in the read
+    cache, so a retrained student whose weights did not change re-reads nothing. See
+    :func:`canonicalise_adapter_dir` for what peft would otherwise vary.
+    """
     model.save_pretrained(str(out_dir), safe_serialization=True)
+    canonicalise_adapter_dir(out_dir, set_fields=_set_valued_fields(model))
+
+
+# Config fields whose order carries no meaning (peft turns them into sets), sorted on every save
+# even when the live config no longer says which fields were sets.
+_UNORDERED_FIELDS = ("target_modules", "exclude_modules")
+
+
+def _set_valued_fields(model: Any) -> set[str]:
+    """The names of the live peft config fields that hold a set (saved as a list in hash order)."""
+    out: set[str] = set()
+    for cfg in (getattr(model, "peft_config", None) or {}).values():
+        for k, v in vars(cfg).items():
+            if isinstance(v, (set, frozenset)):
+                out.add(k)
+    return out
+
+
+def _canonical_config(cfg: dict, set_fields: set[str]) -> dict:
+    out = dict(cfg)
+    for k in set(set_fields) | set(_UNORDERED_FIELDS):
+        v = out.get(k)
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            out[k] = sorted(set(v))
+    # A base model loaded from a local folder names that folder: a machine-local path that would make
+    # the same adapter hash differently per checkout. Hub ids stay; peft loads the adapter without it.
+    base = out.get("base_model_name_or_path")
+    if isinstance(base, str) and base and (Path(base).is_absolute() or Path(base).exists()
+                                           or base.startswith((".", "~"))):
+        out["base_model_name_or_path"] = None
+    return out
+
+
+def _canonical_safetensors(data: bytes, where: Path) -> bytes:
+    """The same file with its JSON header in one order: ``__metadata__`` first, keys sorted (the
+    safetensors writer keeps them in a Rust HashMap, a different order each process), then the
+    tensors by their offset; padded with spaces to 8 bytes as the writer does. Tensor bytes untouched."""
+    import struct
+
+    if len(data) < 8:
+        raise RuntimeError(f"{where}: truncated safetensors file ({len(data)} bytes)")
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise RuntimeError(f"{where}: safetensors header of {n} bytes runs past the file's end")
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", None)
+    ordered: dict[str, Any] = {}
+    if meta is not None:
+        ordered["__metadata__"] = dict(sorted(meta.items()))
+    for name in sorted(header, key=lambda k: (tuple(header[k]["data_offsets"]), k)):
+        ordered[name] = header[name]
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + n:]
+
+
+def canonicalise_adapter_dir(adapter_dir: str | Path, *, set_fields: set[str] | None = None) -> None:
+    """Rewrite a saved peft adapter folder so that identical weights give identical bytes.
+
+    What peft 0.21 / safetensors 0.8 vary between runs with the same weights, and the fix:
+
+    * ``adapter_config.json``: ``target_modules`` (a set in peft) is written in hash order, which
+      follows PYTHONHASHSEED: sorted here, with every other set-valued field, keys sorted;
+      ``base_model_name_or_path`` is the base model's local folder when it was loaded from one:
+      dropped (null) then.
+    * ``adapter_model.safetensors``: the header's ``__metadata__`` map is a Rust HashMap (random
+      order per process once it has several keys): rewritten in sorted order.
+    * ``README.md``: peft's model-card template (the base model's path, the peft version, no
+      content): removed; nothing reads it.
+
+    Each rewritten file is replaced atomically. Idempotent: a canonical folder is left as is.
+    """
+    from presdep.contracts.schemas import atomic_write
+
+    d = Path(adapter_dir)
+    for cfg_path in sorted(d.rglob("adapter_config.json")):
+        raw = cfg_path.read_text(encoding="utf-8")
+        cfg = _canonical_config(json.loads(raw), set(set_fields or ()))
+        text = json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+        if text != raw:
+            atomic_write(cfg_path, lambda tmp, t=text: tmp.write_text(t, encoding="utf-8"))
+    for st_path in sorted(d.rglob("*.safetensors")):
+        raw_bytes = st_path.read_bytes()
+        data = _canonical_safetensors(raw_bytes, st_path)
+        if data != raw_bytes:
+            atomic_write(st_path, lambda tmp, b=data: tmp.write_bytes(b))
+    for card in sorted(d.rglob("README.md")):
+        card.unlink()
 
 
 def load_adapter(base_model: Any, adapter_dir: str | Path, *, trainable: bool = False) -> Any:
@@ -99,5 +193,5 @@ def tiny_causal_lm(tokenizer: Any, seed: int = 0, *, layers: int = 2, hidden: in
 
 __all__ = [
     "LORA_KEYS", "lora_settings", "add_lora", "adapter_state", "load_adapter_state",
-    "save_adapter", "load_adapter", "tiny_causal_lm",
+    "save_adapter", "canonicalise_adapter_dir", "load_adapter", "tiny_causal_lm",
 ]

@@ -120,6 +120,36 @@ def test_hit_is_bit_identical_and_reads_nothing(tmp_path, tiny):
     assert len(shards) == 1 and not list((tmp_path / "cache").glob("*/.*"))
 
 
+def test_a_corrupt_shard_is_quarantined_and_read_again(tmp_path, tiny, caplog):
+    """One flipped bit in a stored probability (before the page checksum was taken, so only
+    the entry checksum can tell) is never served: the shard goes to quarantine/, a warning
+    names it, and the scorer reads those prompts again, giving the cold run's scores."""
+    import logging
+
+    import pyarrow as pa
+
+    cand = candidates(3)
+    cold = run(tiny, cand, tmp_path / "cold.parquet", tmp_path / "cache")
+    (shard,) = (tmp_path / "cache").glob("*/*.parquet")
+    table = pq.read_table(shard)
+    probs = table.column("probs").combine_chunks()
+    flat = probs.values.to_numpy().copy()
+    flat.view("<u8")[5] ^= 1 << 51  # a mantissa bit of one probability
+    table = table.set_column(table.schema.get_field_index("probs"), "probs",
+                             pa.ListArray.from_arrays(probs.offsets, pa.array(flat)))
+    pq.write_table(table, shard, write_page_checksum=True)
+    caplog.set_level(logging.WARNING, logger="presdep.runtime.content_cache")
+    again = run(tiny, cand, tmp_path / "again.parquet", tmp_path / "cache")
+    assert again.prompts_read == cold.prompts_read > 0  # every entry of the shard was read again
+    assert shard.name in caplog.text and "checksum mismatch" in caplog.text
+    assert (shard.parent / "quarantine" / shard.name).exists()
+    meta = read_metadata(tmp_path / "again.parquet")["read_cache"]
+    assert (meta["quarantined_shards"], meta["quarantined_entries"]) == (1, table.num_rows)
+    assert pq.read_table(tmp_path / "again.parquet").equals(pq.read_table(tmp_path / "cold.parquet"))
+    warm = run(tiny, cand, tmp_path / "warm.parquet", tmp_path / "cache")  # the re-read entries were stored
+    assert warm.prompts_read == 0 and warm.read_cache.stats()["quarantined_shards"] == 0
+
+
 def test_variants_share_reads(tmp_path, tiny):
     """Round-robin and BSC read only the prompts off the shelf did not (shuffles and, for BSC, the first-stage pass)."""
     cand = candidates(3)
@@ -163,7 +193,7 @@ WRITER = textwrap.dedent(
         time.sleep(0.001)
     for r in range(rounds):
         c = ReadCache(root, {"model": {"test": "race"}})
-        c.put(f"shared-{r}", np.full((2, 4), 0.25) + np.arange(8).reshape(2, 4) * 1e-3 * r)
+        c.put(f"shared-{r}", np.full((2, 4), 0.25) + np.array([[1, -1, 2, -2], [3, -3, 0, 0]]) * 1e-3 * r)
         c.flush()
         if who == "b" and r % 2:  # entries of its own, in shards of their own
             c.put(f"own-{who}-{r}", np.full((1, 4), 0.25))
@@ -190,7 +220,7 @@ def test_two_processes_writing_the_same_entry_leave_one_valid_entry(tmp_path):
     assert rows.filter(pl.col("key").str.starts_with("shared")).height == rounds
     c = ReadCache(root, {"model": {"test": "race"}})
     for r in range(rounds):
-        want_p = np.full((2, 4), 0.25) + np.arange(8).reshape(2, 4) * 1e-3 * r
+        want_p = np.full((2, 4), 0.25) + np.array([[1, -1, 2, -2], [3, -3, 0, 0]]) * 1e-3 * r  # rows sum to 1
         assert c.get(f"shared-{r}").tobytes() == want_p.tobytes()
 
 
