@@ -139,7 +139,6 @@ def validate_config(config: Mapping[str, Any], schema_path: str | Path) -> dict:
     if problems:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
     _check_references(filled)
-    check_path_kinds(filled)  # a directory where a file is read (or the reverse) fails here, not in its job
     return filled
 
 
@@ -183,7 +182,9 @@ def _check_references(config: Mapping[str, Any]) -> None:
 def load_workflow_config(config: Mapping[str, Any], schema_path: str | Path) -> tuple[dict, WorkflowConfig]:
     """Expand catalogue datasets, validate (filling defaults) and build the records: (filled plain dict, records)."""
     filled = validate_config(expand_catalogue(config), schema_path)
-    return filled, WorkflowConfig.from_validated(filled)
+    records = WorkflowConfig.from_validated(filled)
+    check_path_kinds(records.datasets)  # a directory where a file is read (or the reverse) fails here, not in its job
+    return filled, records
 
 
 def schema_defaults(schema_path: str | Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from presdep.config.catalogue import LOCAL_KEYS
+from presdep.config.records import Dataset
 from presdep.contracts.errors import ConfigError
 
 FILE, FOLDER = "file", "folder"
@@ -85,25 +86,23 @@ def _problem(yaml_path: str, path: Any, kind: str | None, what: str) -> str | No
     return None
 
 
-def path_kind_problems(datasets: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def path_kind_problems(datasets: Mapping[str, Dataset]) -> list[str]:
     """One line per existing path of the wrong kind, in config order (a missing path is none)."""
     problems = []
-    for name, spec in datasets.items():
-        if not isinstance(spec, Mapping):
-            continue
-        for expected in _expected(name, spec):
+    for name, dataset in datasets.items():
+        for expected in _expected(name, dataset.spec):
             problem = _problem(*expected)
             if problem and problem not in problems:
                 problems.append(problem)
     return problems
 
 
-def check_path_kinds(config: Mapping[str, Any]) -> None:
+def check_path_kinds(datasets: Mapping[str, Dataset]) -> None:
     """:class:`ConfigError` listing every dataset path that exists and is the wrong kind.
 
     Relative paths are taken from the current directory (the workflow's working directory).
     """
-    problems = path_kind_problems(config.get("datasets") or {})
+    problems = path_kind_problems(datasets)
     if problems:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
 

@@ -13,6 +13,7 @@ from workflow_utils import REPO, scratch_workflow, snakemake
 
 from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, load_yaml
 from presdep.config.paths import path_kind_problems
+from presdep.config.records import Dataset, Protocol
 from presdep.contracts.errors import ConfigError
 
 
@@ -59,7 +60,9 @@ def test_local_path_files_and_index_folder_are_checked(tmp_path: Path) -> None:
     idx = tmp_path / "index"
     idx.write_text("not a folder")
     local = {"index": str(idx), "topics": str(tmp_path), "qrels": str(qrels)}
-    assert path_kind_problems({"dl19": {"local_path": local}}) == [
+    protocol = Protocol.checked({"seed": 1, "M": 1, "B": 20, "max_doc_chars": 1200, "perturbations": []})
+    dataset = Dataset.from_spec("dl19", {"task": "rerank", "role": "eval", "local_path": local}, protocol)
+    assert path_kind_problems({"dl19": dataset}) == [
         f"datasets.dl19.local_path.index: {idx} is a file; expected a folder (local_path index)",
         f"datasets.dl19.local_path.topics: {tmp_path} is a directory; expected a file (local_path topics)",
     ]
