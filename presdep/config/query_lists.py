@@ -49,9 +49,6 @@ class QueryList:
             raise InputFormatError(f, "whole file", f"sha256 {self.sha256} (the pinned list), got {got}")
         return parse_ids(data, f)
 
-    def digest(self) -> str:
-        return hashlib.sha256(self.file.read_bytes()).hexdigest()
-
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "sha256": self.sha256, "path": self.path}
 
