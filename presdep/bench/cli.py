@@ -10,13 +10,20 @@ from typing import Any
 
 from presdep.bench import core, suite
 from presdep.bench.card import write_card
-from presdep.bench.http_api import serve
+from presdep.bench.http_api import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONCURRENT_STABILITY,
+    DEFAULT_MAX_STABILITY_COST,
+    serve,
+)
 from presdep.bench.mcp_server import serve_stdio
 from presdep.config import load_yaml
 from presdep.contracts.errors import InvalidInput
+from presdep.report.run_reports import MAX_FAILURE_SHARE
 from presdep.training.hosted_net import HostedConfigError
 
 DEFAULT_HIDDEN_DIR = Path("bench-hidden")  # git-ignored
+EXIT_INCOMPLETE = 3  # a run report written but marked incomplete: too many failed requests
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -69,6 +76,9 @@ def register(subparsers: Any) -> None:
                    help="transformers: where --model is fetched to once (default resources/models)")
     p.add_argument("--max-new-tokens", type=int, default=24, help="transformers: tokens per answer")
     p.add_argument("--batch-size", type=int, default=8, help="transformers: prompts per generate call")
+    p.add_argument("--max-failure-share", type=float, default=MAX_FAILURE_SHARE,
+                   help="above this share of failed requests the report is marked incomplete and the "
+                        f"command exits {EXIT_INCOMPLETE} (default {MAX_FAILURE_SHARE})")
     p.set_defaults(func=_run)
 
     p = sub.add_parser("card", help="write the benchmark card (1200x630 SVG)")
@@ -92,7 +102,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--token-env", default="PRESDEP_BENCH_TOKEN",
                    help="environment variable with a bearer token; unset = no token check")
-    p.add_argument("--max-body-bytes", type=int, default=2_000_000)
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="refuse request bodies above this many bytes with 413, chunked ones too "
+                   f"(default {DEFAULT_MAX_BODY_BYTES})")
+    p.add_argument("--max-stability-cost", type=int, default=DEFAULT_MAX_STABILITY_COST,
+                   help="refuse a /v1/stability request whose resamples x task rows exceed this with 413 "
+                   f"(default {DEFAULT_MAX_STABILITY_COST}, about 2 s on 2 cores)")
+    p.add_argument("--max-concurrent-stability", type=int, default=DEFAULT_MAX_CONCURRENT_STABILITY,
+                   help="/v1/stability requests run at once; more get 429 with Retry-After "
+                   f"(default {DEFAULT_MAX_CONCURRENT_STABILITY})")
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("mcp", help="serve the MCP tools over stdio")
@@ -180,14 +198,26 @@ def _run(args) -> int:
     opts = _provider_options(args)
     for k in range(args.run, args.run + args.repeats):
         try:
-            res = core.run(args.provider, chosen, out=args.out, run=k, split=split, **opts)
+            res = core.run(args.provider, chosen, out=args.out, run=k, split=split,
+                           max_failure_share=args.max_failure_share, **opts)
         except HostedConfigError as exc:  # e.g. the key variable is unset: a setup error, not a failed task
             print(f"presdep bench run: error: {exc}", file=sys.stderr)
             return 2
-        s = res["report"]["summary"]
-        lo, hi = s["interval95"]
-        print(f"{res['report']['model']} run {k}: {s['totals']['correct']}/{s['totals']['tasks']} = "
-              f"{s['mean']:.3f} [{lo:.3f}, {hi:.3f}], failed {s['totals']['failed']} -> {res['path']}")
+        report, s = res["report"], res["report"]["summary"]
+        t = s["totals"]
+        if s["mean"] is None:
+            print(f"{report['model']} run {k}: no request answered, failed {t['failed']} -> {res['path']}")
+        else:
+            lo, hi = s["interval95"]
+            print(f"{report['model']} run {k}: {t['correct']}/{t['answered']} answered = {s['mean']:.3f} "
+                  f"[{lo:.3f}, {hi:.3f}], failed {t['failed']} of {t['tasks']} -> {res['path']}")
+        if report["incomplete"]:
+            first = next(iter(s["errors"].items()), None)
+            print(f"presdep bench run: error: {t['failed']} of {t['tasks']} requests failed "
+                  f"({s['failureShare']:.1%} > {s['maxFailureShare']:.1%}); the report is marked incomplete "
+                  f"and `presdep stability` will refuse it" + (f"; first error ({first[0]}): {first[1]}" if first else ""),
+                  file=sys.stderr)
+            return EXIT_INCOMPLETE
     return 0
 
 
@@ -211,7 +241,8 @@ def _generate(args) -> int:
 
 def _serve(args) -> int:
     serve(args.port, host=args.host, tasks_path=args.tasks, token_env=args.token_env,
-          max_body_bytes=args.max_body_bytes)
+          max_body_bytes=args.max_body_bytes, max_stability_cost=args.max_stability_cost,
+          max_concurrent_stability=args.max_concurrent_stability)
     return 0
 
 

@@ -27,6 +27,7 @@ from presdep.bench.runner import BENCHMARK, run_benchmark, write_report
 from presdep.bench.suite import FAMILIES, PUBLIC_PATH, PUBLIC_SEED, VARIANTS, read_split
 from presdep.contracts.errors import PresdepError
 from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from presdep.report.run_reports import MAX_FAILURE_SHARE
 from presdep.report.stability_io import analyse_reports
 
 
@@ -69,10 +70,15 @@ def score(tasks: Sequence[Mapping[str, Any]], task_id: str, answer: str) -> dict
 
 
 def run(provider: str, tasks: Sequence[Mapping[str, Any]], *, out: str | os.PathLike | None = None,
-        run: int = 0, split: str = "public", **options: Any) -> dict[str, Any]:
-    """Run a provider over tasks; returns {"report": ..., "path": written file or None}."""
+        run: int = 0, split: str = "public", max_failure_share: float = MAX_FAILURE_SHARE,
+        **options: Any) -> dict[str, Any]:
+    """Run a provider over tasks; returns {"report": ..., "path": written file or None}.
+
+    A report whose failed share is above ``max_failure_share`` is still written, marked
+    ``"incomplete": true`` (``presdep stability`` refuses it).
+    """
     prov = make_provider(provider, run=run, **options) if provider == "mock" else make_provider(provider, **options)
-    report = run_benchmark(prov, tasks, run=run, split=split)
+    report = run_benchmark(prov, tasks, run=run, split=split, max_failure_share=max_failure_share)
     path = write_report(report, out) if out is not None else None
     return {"report": report, "path": None if path is None else str(path)}
 

@@ -2,45 +2,62 @@
 
 Routes: ``GET /health``, ``GET /v1/tasks``, ``GET /v1/tasks/{id}``, ``POST /v1/score``,
 ``POST /v1/stability``, ``GET /v1/provenance``, ``GET /v1/index-entry``; the OpenAPI
-schema at ``/openapi.json``. With a token, every route but ``/health`` needs
-``Authorization: Bearer <token>`` (401 otherwise). Request bodies are validated (422
-with the offending field); bodies above ``max_body_bytes`` get 413 before parsing.
+schema at ``/openapi.json``; every GET route also answers ``HEAD``. With a token, every
+route but ``/health`` needs ``Authorization: Bearer <token>`` (401 otherwise, before any
+body is read). Bodies are counted as they arrive (chunked ones too) and refused with 413
+once they pass ``max_body_bytes``; JSON bodies are parsed strictly (``NaN``,
+``Infinity`` and numbers that overflow a float: 422); request bodies are validated (422
+with the offending field). ``POST /v1/stability`` is bounded in cost (resamples x task
+rows: 413 above ``max_stability_cost``) and in concurrency (429 with ``Retry-After``
+when ``max_concurrent_stability`` requests are already running).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import math
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from presdep.bench import core
+from presdep.report.bootstrap import DEFAULT_RESAMPLES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_TOKEN_ENV = "PRESDEP_BENCH_TOKEN"
 DEFAULT_MAX_BODY_BYTES = 2_000_000
+# Cost of a stability request = resamples x (task rows over all reports). Measured on 2 cores
+# (another job running): 10 reports x 300 tasks x 2000 resamples (6e6) took 0.1 s warm; 50 x 300 x
+# 20000 (3e8) 1.4 s; 10 x 10000 x 2000 (2e8) 0.9 s: 2-7 ns a unit once warm. 3e8 bounds one request
+# to about 2 s and admits 50 reports of the 300-task public split at the schema's 20000 resamples.
+DEFAULT_MAX_STABILITY_COST = 300_000_000
+DEFAULT_MAX_CONCURRENT_STABILITY = 2  # one per core of a small machine; more wait (429) instead
+STABILITY_RETRY_AFTER_S = 2  # about one request at the cost limit
 _OPEN_PATHS = {"/health"}
+_BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 class ScoreRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     id: str = Field(min_length=1, max_length=200)
     answer: str = Field(max_length=20000)
 
 
 class ReportTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     id: str = Field(min_length=1)
-    score: float = Field(ge=0, le=1)
+    score: float | None = Field(ge=0, le=1)  # null only for a failed request (failed: true)
+    failed: bool | None = None
     dataset: str | None = None
 
 
 class Report(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str = Field(min_length=1)
     seed: int | None = None
     higherIsBetter: bool | None = None
@@ -48,40 +65,150 @@ class Report(BaseModel):
     column: str | None = None
     tasks: list[ReportTask] = Field(min_length=1)
     summary: dict[str, Any] | None = None
+    incomplete: bool | None = None
 
 
 class StabilityRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     reports: list[Report] = Field(min_length=1, max_length=50)
     seed: int | None = Field(default=None, ge=0)
     resamples: int | None = Field(default=None, ge=1, le=20000)
     lowerIsBetter: bool | None = None
 
 
-def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
-    from fastapi import FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse
+def stability_cost(req: StabilityRequest) -> int:
+    """Resamples x task rows (every task, failed ones included): what one analysis costs."""
+    resamples = DEFAULT_RESAMPLES if req.resamples is None else req.resamples
+    return resamples * sum(len(rep.tasks) for rep in req.reports)
 
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str):
+    raise _NonFinite(f"non-finite number {name} is not allowed in JSON bodies")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(f"non-finite number {text} (overflows a float) is not allowed in JSON bodies")
+    return value
+
+
+def strict_json_error(body: bytes) -> str | None:
+    """Why ``body`` is refused as JSON beyond plain syntax errors (those stay with FastAPI's 422), or None."""
+    try:
+        json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as exc:
+        return str(exc)
+    except json.JSONDecodeError:
+        return None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer over the digit limit, nesting too deep
+        return f"invalid JSON body: {type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
+def _is_json(content_type: str | None) -> bool:
+    # As FastAPI decides: no content type, or application/json, application/*+json.
+    if not content_type:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+async def _send_json(send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """Pure ASGI layer in front of the routes: bearer token, HEAD as GET, body limit while
+    streaming (before anything is buffered past the limit), strict JSON."""
+
+    def __init__(self, app, *, token: str | None, max_body_bytes: int):
+        self.app = app
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        has_body = "transfer-encoding" in headers or headers.get("content-length", "0").strip() not in ("", "0")
+        if self.token is not None and scope["path"] not in _OPEN_PATHS:
+            given = headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                # Refused before the body is read; with a body pending, close rather than drain it.
+                extra = {"WWW-Authenticate": "Bearer", **({"Connection": "close"} if has_body else {})}
+                return await _send_json(send, 401, "missing or wrong bearer token", extra)
+        if scope["method"] == "HEAD":
+            # Answer HEAD as GET with the same status and headers, without the body (and without a second
+            # operation per route in the OpenAPI schema); a path with no GET still gets 405, an unknown one 404.
+            scope = {**scope, "method": "GET"}
+            inner_send = send
+
+            async def send(message):
+                if message["type"] == "http.response.body":
+                    message = {**message, "body": b""}
+                await inner_send(message)
+
+        if not has_body and scope["method"] not in _BODY_METHODS:
+            return await self.app(scope, receive, send)
+        limit = self.max_body_bytes
+        over = f"request body over {limit} bytes"
+        declared = headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            return await _send_json(send, 413, over, {"Connection": "close"})
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away; nobody to answer
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > limit:  # stop reading here; closing the connection drops the rest
+                return await _send_json(send, 413, over, {"Connection": "close"})
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        del chunks
+        if body and _is_json(headers.get("content-type")):
+            why = strict_json_error(body)
+            if why is not None:
+                return await _send_json(send, 422, why)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the server's http.disconnect
+
+        return await self.app(scope, replay, send)
+
+
+def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               max_stability_cost: int = DEFAULT_MAX_STABILITY_COST,
+               max_concurrent_stability: int = DEFAULT_MAX_CONCURRENT_STABILITY):
+    from fastapi import FastAPI, HTTPException
+
+    if max_concurrent_stability < 1:
+        raise ValueError(f"max_concurrent_stability must be >= 1, got {max_concurrent_stability}")
     tasks = core.load_split(tasks_path)
+    stability_slots = threading.BoundedSemaphore(max_concurrent_stability)
     app = FastAPI(title="presdep-bench", version=core.__version__,
                   description="The prompt-sensitivity benchmark: tasks, grading and stability analysis.")
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if token is not None and request.url.path not in _OPEN_PATHS:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        if request.method in ("POST", "PUT", "PATCH"):
-            declared = request.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-                return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
-            body = await request.body()  # chunked uploads: count what actually arrived
-            if len(body) > max_body_bytes:
-                return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
-        return await call_next(request)
+    app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -107,17 +234,34 @@ def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None
 
     @app.post("/v1/stability")
     def stability(req: StabilityRequest) -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="presdep-http-") as d:
-            paths = []
-            for i, rep in enumerate(req.reports):
-                p = Path(d) / f"report{i:03d}.json"
-                p.write_text(json.dumps(rep.model_dump(exclude_none=True)), encoding="utf-8")
-                paths.append(p)
-            try:
-                return core.stability(paths, seed=req.seed, resamples=req.resamples,
-                                      lower_is_better=req.lowerIsBetter)
-            except ValueError as exc:  # ReportError, StabilityError: the reports are unusable
-                raise HTTPException(422, str(exc).replace(d + os.sep, "")) from None
+        cost = stability_cost(req)
+        if cost > max_stability_cost:
+            rows = sum(len(rep.tasks) for rep in req.reports)
+            resamples = DEFAULT_RESAMPLES if req.resamples is None else req.resamples
+            raise HTTPException(413, f"stability request costs {cost} (resamples {resamples} x {rows} task rows), "
+                                     f"over the limit of {max_stability_cost}; lower 'resamples' or send fewer "
+                                     "reports or tasks")
+        if not stability_slots.acquire(blocking=False):
+            raise HTTPException(429, f"{max_concurrent_stability} stability request(s) already running; "
+                                     f"retry after {STABILITY_RETRY_AFTER_S} s",
+                                headers={"Retry-After": str(STABILITY_RETRY_AFTER_S)})
+        try:
+            with tempfile.TemporaryDirectory(prefix="presdep-http-") as d:
+                paths = []
+                for i, rep in enumerate(req.reports):
+                    data = rep.model_dump(exclude_none=True)
+                    # A failed task keeps its "score": null (the reader requires the key).
+                    data["tasks"] = [{**t.model_dump(exclude_none=True), "score": t.score} for t in rep.tasks]
+                    p = Path(d) / f"report{i:03d}.json"
+                    p.write_text(json.dumps(data, allow_nan=False), encoding="utf-8")
+                    paths.append(p)
+                try:
+                    return core.stability(paths, seed=req.seed, resamples=req.resamples,
+                                          lower_is_better=req.lowerIsBetter)
+                except ValueError as exc:  # ReportError, StabilityError: the reports are unusable
+                    raise HTTPException(422, str(exc).replace(d + os.sep, "")) from None
+        finally:
+            stability_slots.release()
 
     @app.get("/v1/provenance")
     def provenance() -> dict[str, Any]:
@@ -132,10 +276,13 @@ def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None
 
 def serve(port: int, *, host: str = DEFAULT_HOST, tasks_path: str | os.PathLike | None = None,
           token_env: str = DEFAULT_TOKEN_ENV, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+          max_stability_cost: int = DEFAULT_MAX_STABILITY_COST,
+          max_concurrent_stability: int = DEFAULT_MAX_CONCURRENT_STABILITY,
           log_level: Literal["info", "warning", "error"] = "info") -> None:
     """Serve until interrupted; the token (if any) comes from the environment variable ``token_env``."""
     import uvicorn
 
     token = os.environ.get(token_env) or None
-    app = create_app(tasks_path, token=token, max_body_bytes=max_body_bytes)
+    app = create_app(tasks_path, token=token, max_body_bytes=max_body_bytes, max_stability_cost=max_stability_cost,
+                     max_concurrent_stability=max_concurrent_stability)
     uvicorn.run(app, host=host, port=port, log_level=log_level)

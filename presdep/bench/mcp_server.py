@@ -6,6 +6,11 @@ model through this server), ``score_stability``, ``get_provenance``. Every input
 schema is closed (``additionalProperties: false`` at every object), which strict
 tool modes of hosted models require; arguments are validated against it before a
 tool runs. Results come back as JSON text and as structured content.
+
+Error messages never echo a rejected value whole: a value's repr is cut to its
+first :data:`SHOWN_CHARS` characters plus its length, and every :class:`ToolError`
+message to :data:`MESSAGE_LIMIT` characters. A stdin line that is not a JSON-RPC
+message gets a JSON-RPC error reply (see :mod:`presdep.bench.mcp_wire`).
 """
 
 from __future__ import annotations
@@ -34,8 +39,12 @@ _REPORT = _obj({
     "seed": {"type": "integer"},
     "higherIsBetter": {"type": "boolean"},
     "metric": {"type": "string"},
+    "incomplete": {"type": "boolean"},
+    # A failed request is {"id", "score": null, "failed": true}: a failure, not a 0.
     "tasks": {"type": "array", "minItems": 1, "items": _obj(
-        {"id": {"type": "string", "minLength": 1}, "score": {"type": "number", "minimum": 0, "maximum": 1}},
+        {"id": {"type": "string", "minLength": 1},
+         "score": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+         "failed": {"type": "boolean"}},
         ["id", "score"])},
 }, ["model", "tasks"])
 
@@ -60,8 +69,48 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+SHOWN_CHARS = 80
+"""How much of a rejected value's repr an error message shows."""
+MESSAGE_LIMIT = 500
+"""Most characters of any ToolError message, the cut marker included."""
+
+
+def shorten(value: Any) -> str:
+    """``repr(value)``, or for a long one its first SHOWN_CHARS characters and its size."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    if isinstance(value, str):
+        size = f"{len(value)} characters"
+    elif isinstance(value, (list, tuple)):
+        size = f"{len(value)} items, {len(text)} characters"
+    elif isinstance(value, dict):
+        size = f"{len(value)} keys, {len(text)} characters"
+    else:
+        size = f"{len(text)} characters"
+    return f"{text[:SHOWN_CHARS]}… ({size})"
+
+
+def cap_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` whole, or cut to ``limit`` characters ending in a marker that says so."""
+    if len(message) <= limit:
+        return message
+    marker = f" … [message cut: {len(message)} characters in all]"
+    return message[: limit - len(marker)] + marker
+
+
 class ToolError(PresdepError, ValueError):
-    pass
+    """A tool call that cannot run; its message is capped at MESSAGE_LIMIT characters."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(cap_message(str(message)))
+
+
+def _schema_message(exc: jsonschema.ValidationError) -> str:
+    """jsonschema's message with the rejected instance's repr shortened."""
+    message = exc.message
+    full = repr(exc.instance)  # jsonschema built its message from this same repr
+    return message.replace(full, shorten(exc.instance)) if len(full) > SHOWN_CHARS else message
 
 
 def _stability(args: dict[str, Any]) -> dict[str, Any]:
@@ -91,13 +140,13 @@ def make_handlers(tasks_path: str | os.PathLike | None = None) -> dict[str, Call
 def call_tool(handlers: dict[str, Callable], name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
     """Validate and run one tool; raises ToolError with a readable message."""
     if name not in TOOLS:
-        raise ToolError(f"unknown tool {name!r}; tools: {sorted(TOOLS)}")
+        raise ToolError(f"unknown tool {shorten(name)}; tools: {sorted(TOOLS)}")
     args = arguments or {}
     try:
         jsonschema.validate(args, TOOLS[name][1])
     except jsonschema.ValidationError as exc:
         where = "/".join(map(str, exc.absolute_path)) or "arguments"
-        raise ToolError(f"{name}: invalid {where}: {exc.message}") from None
+        raise ToolError(f"{name}: invalid {where}: {_schema_message(exc)}") from None
     try:
         return handlers[name](args)
     except (KeyError, ValueError, FileNotFoundError) as exc:
@@ -132,10 +181,14 @@ def serve_stdio(tasks_path: str | os.PathLike | None = None) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
+    from presdep.bench.mcp_wire import ReplyingReadStream
+
     server = build_server(tasks_path)
 
     async def main() -> None:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            # Lines the transport cannot parse come through as Exceptions; answer
+            # each with a JSON-RPC error instead of letting the server drop it.
+            await server.run(ReplyingReadStream(read, write), write, server.create_initialization_options())
 
     anyio.run(main)

@@ -2,8 +2,8 @@
 
 A provider has ``model_id`` (the model named in the run report), ``describe()``
 (public settings: never a key) and ``answer(tasks) -> list[Reply]``. A reply with
-``text=None`` is a failed request: it scores 0 and is counted in the report's
-``totals.failed`` with its id, never silently.
+``text=None`` is a failed request: the report records it as failed (score null,
+never 0) and counts it in ``totals.failed`` with its id.
 
 ``mock`` needs no key: a seeded mix of right and wrong answers in assorted formats
 (plain, labelled, JSON in a code fence, with currency or units), so it exercises the

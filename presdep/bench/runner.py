@@ -7,11 +7,19 @@ Report layout (the fields ``presdep stability`` reads, plus ``summary``)::
      "tasks": [{"id": "arith-01-v1", "score": 1}, ...],
      "summary": {"benchmark", "split", "provider": {...public settings},
                  "mean", "interval95": [lo, hi],   # Wilson score interval over tasks
-                 "totals": {"tasks", "correct", "failed"}, "failedIds": [...],
+                 "totals": {"tasks", "answered", "correct", "failed"}, "failedIds": [...],
+                 "failureShare", "maxFailureShare",
                  "errors": {id: why a request failed},
                  "answers": {id: the raw reply or null},   # what the grader read
                  "byFamily": {family: {"tasks", "correct", "mean"}},
                  "byVariant": {variant: {"tasks", "correct", "mean"}}}}
+
+A failed request is a failure, not a wrong answer: its task reads
+``{"id": ..., "score": null, "failed": true}``, and ``mean`` and ``interval95`` are
+over the answered tasks (null when none was). A run whose failed share is above
+``maxFailureShare`` (default :data:`MAX_FAILURE_SHARE`) is marked ``"incomplete":
+true``; ``presdep bench run`` then exits non-zero and ``presdep stability`` refuses
+the report (see presdep.report.run_reports).
 
 The Wilson interval treats tasks as independent; the item-clustered intervals (five
 variants of an item drawn together) are what ``presdep stability`` reports.
@@ -29,6 +37,7 @@ from presdep.bench.grader import score_answer
 from presdep.bench.providers import Provider
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import write_text_atomic
+from presdep.report.run_reports import MAX_FAILURE_SHARE
 
 BENCHMARK = "presdep-bench"
 Z95 = 1.959963984540054
@@ -56,33 +65,42 @@ def _groups(tasks: Sequence[Mapping[str, Any]], scores: Sequence[int], key: str)
 
 
 def run_benchmark(provider: Provider, tasks: Sequence[Mapping[str, Any]], *, run: int = 0,
-                  split: str = "public") -> dict[str, Any]:
+                  split: str = "public", max_failure_share: float = MAX_FAILURE_SHARE) -> dict[str, Any]:
     """Answer and grade every task; return the run report (see the module docstring)."""
     if not tasks:
         raise InvalidInput("run_benchmark: no tasks to run")
+    if not 0.0 <= max_failure_share <= 1.0:
+        raise InvalidInput(f"run_benchmark: max_failure_share must lie in [0, 1], got {max_failure_share!r}")
     replies = provider.answer(tasks)
     if len(replies) != len(tasks):
         raise RuntimeError(f"provider {provider.model_id!r} returned {len(replies)} replies for {len(tasks)} tasks")
-    scores = [0 if r.text is None else score_answer(t, r.text) for t, r in zip(tasks, replies)]
+    answered = [(t, score_answer(t, r.text)) for t, r in zip(tasks, replies) if r.text is not None]
     failed = [t["id"] for t, r in zip(tasks, replies) if r.text is None]
-    correct = sum(scores)
+    correct = sum(s for _, s in answered)
+    share = len(failed) / len(tasks)
+    graded = {t["id"]: s for t, s in answered}
+    rows = [{"id": t["id"], "score": graded[t["id"]]} if t["id"] in graded
+            else {"id": t["id"], "score": None, "failed": True} for t in tasks]
     return {
         "model": provider.model_id,
         "seed": int(run),
         "higherIsBetter": True,
         "metric": "accuracy",
-        "tasks": [{"id": t["id"], "score": s} for t, s in zip(tasks, scores)],
+        "incomplete": share > max_failure_share,
+        "tasks": rows,
         "summary": {
             "benchmark": BENCHMARK,
             "split": split,
             "provider": provider.describe(),
-            "mean": correct / len(tasks),
-            "interval95": wilson_interval(correct, len(tasks)),
-            "totals": {"tasks": len(tasks), "correct": correct, "failed": len(failed)},
+            "mean": correct / len(answered) if answered else None,
+            "interval95": wilson_interval(correct, len(answered)) if answered else None,
+            "totals": {"tasks": len(tasks), "answered": len(answered), "correct": correct, "failed": len(failed)},
+            "failureShare": share,
+            "maxFailureShare": max_failure_share,
             "failedIds": failed,
             "errors": {t["id"]: r.error for t, r in zip(tasks, replies) if r.text is None},
-            "byFamily": _groups(tasks, scores, "family"),
-            "byVariant": _groups(tasks, scores, "variant"),
+            "byFamily": _groups([t for t, _ in answered], [s for _, s in answered], "family"),
+            "byVariant": _groups([t for t, _ in answered], [s for _, s in answered], "variant"),
             "answers": {t["id"]: r.text for t, r in zip(tasks, replies)},
         },
     }

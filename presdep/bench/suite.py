@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 from presdep.bench.grader import score_answer
 from presdep.contracts.errors import PresdepError
 from presdep.contracts.schemas import write_text_atomic
+from presdep.runtime.text_files import read_text_file
 
 PUBLIC_SEED = 20250617  # the documented public seed; the committed split is generate_split(PUBLIC_SEED)
 HIDDEN_PREFIX = "hid-"
@@ -263,29 +264,28 @@ def read_split(path: str | os.PathLike = PUBLIC_PATH) -> list[dict[str, Any]]:
     """Read and validate a split file (JSONL, one task a line)."""
     path = Path(path)
     tasks, seen = [], {}
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                t = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SuiteError(f"{path}:{n}: not valid JSON ({exc})") from None
-            if not isinstance(t, dict):
-                raise SuiteError(f"{path}:{n}: expected a task object, got {type(t).__name__}")
-            if set(t) != set(_TASK_KEYS):
-                raise SuiteError(f"{path}:{n}: task keys {sorted(t)}; expected exactly {sorted(_TASK_KEYS)}")
-            for key, typ in _TASK_KEYS.items():
-                if not isinstance(t[key], typ):
-                    raise SuiteError(f"{path}:{n}: {key!r} has the wrong type ({type(t[key]).__name__})")
-            if t["answer_type"] not in ("number", "list"):
-                raise SuiteError(f"{path}:{n}: answer_type {t['answer_type']!r}; expected 'number' or 'list'")
-            if t["answer_type"] == "list" and not t["options"]:
-                raise SuiteError(f"{path}:{n}: a 'list' task needs its options")
-            if t["id"] in seen:
-                raise SuiteError(f"{path}:{n}: duplicate task id {t['id']!r} (first on line {seen[t['id']]})")
-            seen[t["id"]] = n
-            tasks.append(t)
+    for n, line in enumerate(read_text_file(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            t = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SuiteError(f"{path}:{n}: not valid JSON ({exc})") from None
+        if not isinstance(t, dict):
+            raise SuiteError(f"{path}:{n}: expected a task object, got {type(t).__name__}")
+        if set(t) != set(_TASK_KEYS):
+            raise SuiteError(f"{path}:{n}: task keys {sorted(t)}; expected exactly {sorted(_TASK_KEYS)}")
+        for key, typ in _TASK_KEYS.items():
+            if not isinstance(t[key], typ):
+                raise SuiteError(f"{path}:{n}: {key!r} has the wrong type ({type(t[key]).__name__})")
+        if t["answer_type"] not in ("number", "list"):
+            raise SuiteError(f"{path}:{n}: answer_type {t['answer_type']!r}; expected 'number' or 'list'")
+        if t["answer_type"] == "list" and not t["options"]:
+            raise SuiteError(f"{path}:{n}: a 'list' task needs its options")
+        if t["id"] in seen:
+            raise SuiteError(f"{path}:{n}: duplicate task id {t['id']!r} (first on line {seen[t['id']]})")
+        seen[t["id"]] = n
+        tasks.append(t)
     if not tasks:
         raise SuiteError(f"{path}: no tasks")
     return tasks

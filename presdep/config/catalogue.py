@@ -21,6 +21,7 @@ from presdep.config.records import Dataset, thaw
 from presdep.config.wildcards import alternatives
 from presdep.config.yaml_io import parse_yaml
 from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.runtime.text_files import read_text_file
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 DATASETS_DIR = "resources/datasets"
@@ -43,8 +44,7 @@ class CatalogueError(PresdepError, ValueError):
 def load_catalogue(path: str | Path = CATALOGUE_PATH) -> dict[str, dict]:
     """``{"datasets": {...}, "training_pools": {...}, "query_lists": {...}}``, every entry checked
     (each shipped query list against its sha256 and id count)."""
-    with open(path, encoding="utf-8") as fh:
-        data = parse_yaml(fh, path) or {}
+    data = parse_yaml(read_text_file(path), path) or {}
     problems = []
     lists = data.get("query_lists") or {}
     if not isinstance(lists, dict):

@@ -17,6 +17,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from presdep.contracts.errors import ConfigError, InputFormatError
+from presdep.runtime.text_files import read_text_file
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _VALUE_TAG = "tag:yaml.org,2002:value"
@@ -100,8 +101,7 @@ def parse_yaml(stream: str | bytes | IO, source: str | Path | None = None) -> An
 
 
 def load_yaml(path: str | Path) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        data = parse_yaml(fh, path) or {}
+    data = parse_yaml(read_text_file(path), path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data

@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import struct
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -232,6 +233,47 @@ def atomic_write(path: str | os.PathLike, writer) -> Path:
         if tmp is not None and tmp.exists():
             tmp.unlink()
     return path
+
+
+def write_dir_atomic(final: str | os.PathLike, write) -> Path:
+    """Fill a temporary sibling folder with ``write(tmp)``, then rename it onto ``final``.
+
+    For writers that produce folders (``save_pretrained``, a hub snapshot, a checkpoint). A
+    crash leaves the old folder or the new one; an old one is replaced only once the new
+    one is complete. Files get the mode an ordinary open() would give (writers such as
+    safetensors create them through mkstemp, 0600). A full filesystem raises
+    :class:`~presdep.contracts.errors.DiskFullError` naming ``final``, as in
+    :func:`atomic_write`; the temporary folder is removed either way.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        tmp.chmod(0o777 & ~_UMASK)
+        write(tmp)
+        for path in tmp.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                path.chmod(0o666 & ~_UMASK)
+            elif path.is_dir():
+                path.chmod(0o777 & ~_UMASK)
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+            os.replace(final, old / "x")
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except Exception as exc:
+        from presdep.contracts.errors import DiskFullError
+
+        full = DiskFullError.from_failure(final, exc)
+        if full is None or full is exc:
+            raise
+        raise full from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 # The Parquet field id write_table gives the first column: it lives in the Parquet schema,

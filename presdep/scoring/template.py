@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from presdep.config.yaml_io import parse_yaml
 from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.runtime.text_files import decode_utf8
 
 DEFAULT_TEMPLATE = "relevance_v2"
 GRADES = ("0", "1", "2", "3")
@@ -86,11 +87,14 @@ def _rubric_user(spec: dict, where: str) -> str:
 
 
 def _parse(name: str, data: bytes, where: str) -> PromptTemplate:
-    sha = hashlib.sha256(data).hexdigest()
+    # The digest is of the text without a byte-order mark: the same template saved by a
+    # Windows editor is the same template (and keeps its cache identity).
+    text = decode_utf8(data, where)
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if where.endswith(".txt"):
         # A plain user-message template (no system message, no instruction line).
-        return PromptTemplate(name=name, user=data.decode("utf-8"), sha256=sha)
-    spec = parse_yaml(data.decode("utf-8"), where)
+        return PromptTemplate(name=name, user=text, sha256=sha)
+    spec = parse_yaml(text, where)
     if not isinstance(spec, dict):
         raise InvalidInput(f"{where}: a rubric template is a YAML mapping with keys {list(_RUBRIC_KEYS)}")
     missing = [k for k in _RUBRIC_KEYS if k not in spec]

@@ -11,36 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import polars as pl
 import torch
 
 from presdep import __version__
-from presdep.contracts.schemas import atomic_write
+from presdep.contracts.schemas import atomic_write, write_dir_atomic
 from presdep.training.lora import adapter_state, load_adapter_state, save_adapter
 
 
 def step_dir(out_dir: Path, step: int) -> Path:
     """The checkpoint folder of ``step`` under a run's ``out_dir``."""
     return out_dir / "checkpoints" / f"step{step:06d}"
-
-
-def write_dir_atomic(final: Path, write: Callable[[Path], None]) -> Path:
-    """Fill a temporary sibling folder with ``write(tmp)``, then rename it onto ``final``."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        write(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
@@ -112,4 +96,4 @@ def run_fingerprint(s: dict, B: int, seed: int, max_doc_chars: int | None, *fram
 
 
 __all__ = ["frame_sha", "latest_checkpoint", "restore_checkpoint", "run_fingerprint", "step_dir",
-           "write_checkpoint", "write_dir_atomic"]
+           "write_checkpoint"]

@@ -41,7 +41,7 @@ from presdep import __version__
 from presdep.config.records import STUDENT_KEYS, Protocol, TrainingSettings, thaw
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
-from presdep.contracts.schemas import atomic_write, read_metadata, read_table, write_text_atomic
+from presdep.contracts.schemas import atomic_write, read_metadata, read_table, write_dir_atomic, write_text_atomic
 from presdep.metrics.quality import ndcg_runs, qrels_to_dict
 from presdep.runtime.models import load_model
 from presdep.runtime.resume import resume_dir
@@ -50,7 +50,6 @@ from presdep.training.checkpoints import (
     restore_checkpoint,
     run_fingerprint,
     write_checkpoint,
-    write_dir_atomic,
 )
 from presdep.training.lora import add_lora, save_adapter
 from presdep.training.objectives import (

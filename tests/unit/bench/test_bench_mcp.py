@@ -104,3 +104,182 @@ def test_mcp_with_a_split_file(tmp_path):
     listed, run = anyio.run(_session_run, drive, split, ("mcp",))
     assert [x["id"] for x in listed["tasks"]] == [x["id"] for x in tasks]
     assert len(run["tasks"]) == 4 and run["summary"]["split"] == "small.jsonl"
+
+
+# --- error messages never echo a huge value -------------------------------------------------
+
+HUGE = 5_000_000
+
+
+def test_a_huge_id_gives_a_short_error_naming_tool_field_and_length():
+    from presdep.bench.mcp_server import MESSAGE_LIMIT, ToolError, call_tool, make_handlers
+
+    with pytest.raises(ToolError) as err:
+        call_tool(make_handlers(), "get_task", {"id": "x" * HUGE})
+    msg = str(err.value)
+    assert len(msg) <= MESSAGE_LIMIT
+    assert msg.startswith("get_task: invalid id: 'xxx") and f"({HUGE} characters)" in msg and "too long" in msg
+
+    # An unknown tool's name is shortened the same way.
+    with pytest.raises(ToolError) as err:
+        call_tool(make_handlers(), "t" * HUGE, {})
+    assert len(str(err.value)) <= MESSAGE_LIMIT and f"({HUGE} characters)" in str(err.value)
+
+
+def test_every_tool_error_message_is_capped_with_a_marker():
+    from presdep.bench.mcp_server import MESSAGE_LIMIT, ToolError, call_tool
+
+    def noisy(args):
+        raise ValueError("bad: " + "z" * 10_000)
+
+    with pytest.raises(ToolError) as err:
+        call_tool({"get_task": noisy}, "get_task", {"id": "a"})
+    msg = str(err.value)
+    assert len(msg) == MESSAGE_LIMIT and msg.startswith("get_task: bad: zzz")
+    assert msg.endswith(f"[message cut: {len('get_task: bad: ') + 10_000} characters in all]")
+    # A huge property name (jsonschema quotes it in "was unexpected") is capped too.
+    with pytest.raises(ToolError) as err:
+        call_tool({"get_task": noisy}, "get_task", {"id": "a", "k" * HUGE: 1})
+    assert len(str(err.value)) == MESSAGE_LIMIT and "message cut" in str(err.value)
+    # Short messages stay whole.
+    assert str(ToolError("short")) == "short"
+
+
+def test_a_huge_id_through_a_real_session():
+    from presdep.bench.mcp_server import MESSAGE_LIMIT
+
+    async def drive(s):
+        return await s.call_tool("get_task", {"id": "x" * HUGE})
+
+    result = anyio.run(_session_run, drive)
+    text = result.content[0].text
+    assert result.is_error and len(text) <= MESSAGE_LIMIT
+    assert text.startswith("get_task: invalid id:") and f"({HUGE} characters)" in text
+
+
+# --- malformed JSON-RPC lines get JSON-RPC error replies ----------------------------------------
+
+
+class _RawServer:
+    """`presdep mcp` as a subprocess spoken to line by line; every read has a timeout."""
+
+    def __init__(self, tmp_path):
+        import queue
+        import subprocess
+        import threading
+
+        self._stderr = open(tmp_path / "stderr.txt", "w+b")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([sys.executable, "-m", "presdep.cli", "mcp"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._stderr)
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()
+
+    def send(self, line: str | bytes) -> None:
+        self.proc.stdin.write(line if isinstance(line, bytes) else line.encode())
+        self.proc.stdin.flush()
+
+    def reply(self, timeout: float = 30.0) -> dict:
+        import queue
+
+        try:
+            return json.loads(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            self._stderr.seek(0)
+            raise AssertionError(f"no reply within {timeout} s; stderr: {self._stderr.read()[-2000:]!r}") from None
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self._stderr.close()
+
+
+def _initialize(rid):
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}) + "\n"
+
+
+def _assert_error(reply, code, rid):
+    assert reply["jsonrpc"] == "2.0" and "result" not in reply, reply
+    assert "id" in reply and reply["id"] == rid, reply
+    assert reply["error"]["code"] == code, reply
+    assert reply["error"]["message"] == {-32700: "Parse error", -32600: "Invalid Request"}[code]
+
+
+def test_malformed_lines_get_json_rpc_errors_and_the_server_keeps_serving(tmp_path):
+    srv = _RawServer(tmp_path)
+    try:
+        srv.send("this is not json\n")
+        _assert_error(srv.reply(), -32700, None)
+        # A blank line is no message and gets no reply: the next reply answers the next line.
+        srv.send("\n")
+        srv.send('{"jsonrpc": "2.0", "id": 7, "method": 5}\n')
+        _assert_error(srv.reply(), -32600, 7)
+        srv.send("[1,2]\n")
+        _assert_error(srv.reply(), -32600, None)
+        srv.send("42\n")
+        _assert_error(srv.reply(), -32600, None)
+        srv.send('{"jsonrpc": "2.0", "id": "s-1", "method": "tools/list", "params": [1]}\n')
+        _assert_error(srv.reply(), -32600, "s-1")
+        srv.send('{"jsonrpc": "2.0", "id": true, "params": {}}\n')  # no method; a boolean is no valid id
+        _assert_error(srv.reply(), -32600, None)
+        srv.send(b'{"jsonrpc": "2.0", "id": 3, \xff\xfe\n')  # not UTF-8, and truncated
+        _assert_error(srv.reply(), -32700, None)
+
+        # After all that, the handshake and a request still work, and errors keep coming after it.
+        srv.send(_initialize(8))
+        init = srv.reply()
+        assert init["id"] == 8 and init["result"]["serverInfo"]["name"] == "presdep-bench", init
+        srv.send('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        srv.send("{oops\n")
+        _assert_error(srv.reply(), -32700, None)
+        srv.send('{"jsonrpc": "2.0", "id": 9, "method": "tools/list"}\n')
+        listed = srv.reply()
+        assert listed["id"] == 9 and {t["name"] for t in listed["result"]["tools"]} == EXPECTED_TOOLS
+    finally:
+        rc = srv.close()
+    assert rc == 0  # stdin closed: the server ends cleanly
+
+
+def test_error_reply_unit():
+    import mcp_types
+    import pydantic
+
+    from presdep.bench.mcp_wire import DETAIL_LIMIT, error_reply
+
+    def reply_to(line):
+        with pytest.raises(pydantic.ValidationError) as err:
+            mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return error_reply(err.value)
+
+    assert reply_to("   \n") is None
+    r = reply_to("{")
+    assert (r.id, r.error.code) == (None, -32700)
+    assert json.loads(r.model_dump_json(by_alias=True, exclude_unset=True))["id"] is None
+    r = reply_to('{"jsonrpc": "2.0", "id": 7, "method": 5}')
+    assert (r.id, r.error.code) == (7, -32600) and "method" in r.error.data["detail"]
+    r = reply_to('{"jsonrpc": "2.0", "method": ' + json.dumps({"k": "v" * 10_000}) + "}")
+    assert (r.id, r.error.code) == (None, -32600) and len(r.error.data["detail"]) <= DETAIL_LIMIT
+    # Any other transport exception is a line that could not be read.
+    r = error_reply(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"))
+    assert (r.id, r.error.code) == (None, -32700)
+
+
+def test_score_stability_takes_failed_tasks_and_refuses_an_incomplete_run():
+    from presdep.bench.mcp_server import ToolError, call_tool, make_handlers
+
+    handlers = make_handlers()
+    ids = [f"q{i}" for i in range(40)]
+    good = {"model": "a", "tasks": [{"id": i, "score": 1} for i in ids]}
+    one_failed = {"model": "b", "tasks": [{"id": ids[0], "score": None, "failed": True}]
+                  + [{"id": i, "score": 0} for i in ids[1:]]}
+    out = call_tool(handlers, "score_stability", {"reports": [good, one_failed], "resamples": 20})
+    assert out["sharedRows"] == 39  # the failed task leaves the bootstrap; it is not a 0
+    with pytest.raises(ToolError, match=r"1 of 40 requests failed \(marked incomplete\)"):
+        call_tool(handlers, "score_stability", {"reports": [good, {**one_failed, "incomplete": True}],
+                                                "resamples": 20})
+    with pytest.raises(ToolError, match="invalid reports/0/tasks/0/score"):
+        call_tool(handlers, "score_stability", {"reports": [{"model": "a", "tasks": [{"id": "x", "score": 2}]}]})

@@ -77,9 +77,13 @@ def test_openai_run_with_faults_then_a_free_cached_rerun(tmp_path, monkeypatch, 
     s = rep["summary"]
     assert rep["model"] == "fake-1"
     # Transient faults were retried into right answers; the permanent one is a counted failure.
-    assert s["failedIds"] == [ids[3]] and s["totals"] == {"tasks": 12, "correct": 11, "failed": 1}
+    assert s["failedIds"] == [ids[3]]
+    assert s["totals"] == {"tasks": 12, "answered": 11, "correct": 11, "failed": 1}
     assert "gave up after 4 attempts" in s["errors"][ids[3]] and "500" in s["errors"][ids[3]]
-    assert [x["score"] for x in rep["tasks"]] == [0 if i == ids[3] else 1 for i in ids]
+    # The failed request is recorded as a failure, not as a wrong answer.
+    assert [x["score"] for x in rep["tasks"]] == [None if i == ids[3] else 1 for i in ids]
+    assert [x.get("failed", False) for x in rep["tasks"]] == [i == ids[3] for i in ids]
+    assert s["mean"] == 1.0 and rep["incomplete"] is True  # 1 of 12 failed: above the 5% share
     assert srv.attempts[ids[0]] == 3 and srv.attempts[ids[3]] == 4
     assert srv.auth == {f"Bearer {SECRET}"}
     written = (tmp_path / "runs" / "fake-1-run0.json").read_text()
@@ -91,7 +95,8 @@ def test_openai_run_with_faults_then_a_free_cached_rerun(tmp_path, monkeypatch, 
         again = core.run("openai", tasks, base_url=srv2.url, model="fake-1", api_key_env=KEY_ENV,
                          cache_dir=tmp_path / "cache", **FAST)
         assert srv2.requests == 1 and srv2.attempts == {ids[3]: 1}
-    assert again["report"]["summary"]["totals"] == {"tasks": 12, "correct": 12, "failed": 0}
+    assert again["report"]["summary"]["totals"] == {"tasks": 12, "answered": 12, "correct": 12, "failed": 0}
+    assert again["report"]["incomplete"] is False
 
 
 def test_openai_cached_run_needs_no_key(tmp_path, monkeypatch):
@@ -118,6 +123,7 @@ def test_unauthorised_endpoint_stops_after_the_first_refusal(tmp_path, monkeypat
         assert srv.requests == 1
     s = res["report"]["summary"]
     assert s["totals"]["failed"] == 6 and all("401" in e for e in s["errors"].values())
+    assert s["mean"] is None and s["interval95"] is None and res["report"]["incomplete"] is True
 
 
 def test_hosted_provider_settings_are_checked(tmp_path, monkeypatch):

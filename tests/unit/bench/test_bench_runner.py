@@ -14,7 +14,7 @@ from presdep.bench.grader import score_answer
 from presdep.bench.providers import MockProvider, Reply, make_provider
 from presdep.bench.runner import run_benchmark, wilson_interval
 from presdep.cli import main as presdep_main
-from presdep.report.run_reports import read_report
+from presdep.report.run_reports import MAX_FAILURE_SHARE, read_report
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +65,19 @@ def test_report_totals_and_breakdowns_are_recounted(tasks):
     assert rep["model"] == "fixed" and rep["seed"] == 2 and rep["higherIsBetter"] is True
     # Hand count: i % 3 != 0 is right, except the failed index 5.
     right = {t["id"] for i, t in enumerate(sub) if i % 3 and i != 5}
-    assert [x["score"] for x in rep["tasks"]] == [int(t["id"] in right) for t in sub]
+    # The failed request is a failure (score null), not a wrong answer (score 0).
+    assert [x["score"] for x in rep["tasks"]] == [None if i == 5 else int(t["id"] in right) for i, t in enumerate(sub)]
+    assert [i for i, x in enumerate(rep["tasks"]) if x.get("failed")] == [5]
     s = rep["summary"]
-    assert s["totals"] == {"tasks": 40, "correct": len(right), "failed": 1}
+    assert s["totals"] == {"tasks": 40, "answered": 39, "correct": len(right), "failed": 1}
     assert s["failedIds"] == [sub[5]["id"]]
-    assert s["mean"] == len(right) / 40
+    assert s["mean"] == len(right) / 39  # over the answered tasks
+    assert s["interval95"] == wilson_interval(len(right), 39)
+    assert s["failureShare"] == 1 / 40 and rep["incomplete"] is False  # 2.5% <= the 5% share
     fam, var = defaultdict(list), defaultdict(list)
-    for t in sub:
+    for i, t in enumerate(sub):
+        if i == 5:
+            continue
         fam[t["family"]].append(int(t["id"] in right))
         var[t["variant"]].append(int(t["id"] in right))
     assert {f: (g["tasks"], g["correct"]) for f, g in s["byFamily"].items()} == {f: (len(v), sum(v)) for f, v in fam.items()}
@@ -126,3 +132,70 @@ def test_suite_run_feeds_presdep_stability_end_to_end(tasks, tmp_path, capsys):
         assert res["mean"][m] == pytest.approx(np.mean(accs))
     printed = capsys.readouterr().out
     assert "shared items" in printed and "rank per prompt variant (v1, v2, v3, v4, v5)" in printed
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed on exit: every connection to it is refused
+
+
+def test_a_dead_endpoint_is_not_a_model(tasks, tmp_path, monkeypatch, capsys):
+    """Every request fails: the report is marked, the command exits 3, stability refuses it."""
+    monkeypatch.setenv("PRESDEP_TEST_KEY", "sk-test-dead")
+    runs = tmp_path / "runs"
+    argv = ["bench", "run", "--provider", "openai", "--base-url", f"http://127.0.0.1:{_closed_port()}/v1",
+            "--model", "dead-1", "--api-key-env", "PRESDEP_TEST_KEY", "--limit", "4", "--out", str(runs),
+            "--max-retries", "0", "--timeout", "2"]
+    assert presdep_main(argv) == 3
+    err = capsys.readouterr().err
+    assert "4 of 4 requests failed" in err and "marked incomplete" in err
+    doc = json.loads((runs / "dead-1-run0.json").read_text())
+    assert doc["incomplete"] is True
+    assert doc["tasks"] == [{"id": t["id"], "score": None, "failed": True} for t in tasks[:4]]
+    assert doc["summary"]["mean"] is None and doc["summary"]["totals"]["answered"] == 0
+    assert presdep_main(["bench", "run", "--provider", "mock", "--limit", "4", "--out", str(runs)]) == 0
+    files = sorted(map(str, runs.glob("*.json")))
+    with pytest.raises(ValueError, match=r"dead-1-run0\.json: 4 of 4 requests failed \(marked incomplete\)"):
+        core.stability(files, resamples=50)
+    assert presdep_main(["stability", *files, "--resamples", "50"]) != 0
+    assert "cannot be ranked" in capsys.readouterr().err
+
+
+def test_the_failure_share_is_stated_and_checked(tasks, tmp_path):
+    sub = tasks[:40]
+    answers = {t["id"]: t["answer"] for t in sub}
+    for t in sub[:2]:  # 2 of 40 = 5%: at the share, still complete
+        del answers[t["id"]]
+    ok = run_benchmark(_Fixed(answers), sub)
+    assert ok["incomplete"] is False and ok["summary"]["maxFailureShare"] == MAX_FAILURE_SHARE == 0.05
+    del answers[sub[2]["id"]]  # 3 of 40 = 7.5%
+    assert run_benchmark(_Fixed(answers), sub)["incomplete"] is True
+    assert run_benchmark(_Fixed(answers), sub, max_failure_share=0.1)["incomplete"] is False
+    # A complete report with failed tasks: those tasks leave the bootstrap, they do not count as 0.
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(ok))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({**ok, "model": "other", "tasks": [{"id": t["id"], "score": 1} for t in sub]}))
+    res = core.stability([a, b], resamples=50)
+    assert res["mean"]["fixed"] == 1.0 and res["sharedRows"] == 38  # the 2 failed tasks are not shared
+    # The share is checked on the tasks too, whatever the file's own mark says.
+    bad = {**ok, "incomplete": False,
+           "tasks": [{"id": t["id"], "score": None, "failed": True} for t in sub[:3]] + ok["tasks"][3:]}
+    a.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="3 of 40 requests failed"):
+        core.stability([a, b], resamples=50)
+
+
+@pytest.mark.parametrize("task, why", [
+    ({"id": "x", "score": 0, "failed": True}, "a failed task has 'failed': true and 'score': null"),
+    ({"id": "x", "score": None}, "a failed task has 'failed': true and 'score': null"),
+    ({"id": "x", "score": None, "failed": "yes"}, "'failed' must be true or false"),
+])
+def test_failed_tasks_are_read_strictly(tmp_path, task, why):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"model": "m", "tasks": [task]}))
+    with pytest.raises(ValueError, match=why):
+        read_report(p)

@@ -157,3 +157,56 @@ def test_utf16_file_is_refused_as_not_utf8(tmp_path, mark):
     f.write_bytes(mark + "1 0 a 1\n".encode("utf-16-le" if mark == b"\xff\xfe" else "utf-16-be"))
     with pytest.raises(InputFormatError, match=r"qrels\.txt, line 1: UTF-8 text, not a UTF-16 byte-order mark"):
         read_qrels(f)
+
+
+# -------------------------------------------------- the readers outside presdep.data
+
+
+def test_yaml_config_with_bom_reads_the_same_and_stays_strict(tmp_path, caplog):
+    from presdep.config.yaml_io import load_yaml
+
+    text = "datasets:\n  - dl19\nprotocol:\n  M: 5\n"
+    plain, bommed = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    plain.write_text(text, encoding="utf-8")
+    bommed.write_bytes(BOM + text.encode())
+    assert load_yaml(bommed) == load_yaml(plain) == {"datasets": ["dl19"], "protocol": {"M": 5}}
+    assert _bom_notes(caplog) == [f"{bommed}: {NOTE}"]
+    dup = tmp_path / "dup.yaml"
+    dup.write_bytes(BOM + b"a: 1\nb: 2\na: 3\n")  # the mark shifts nothing: the lines are still 1 and 3
+    with pytest.raises(InputFormatError, match=r"line 1 and line 3: key 'a' appears twice"):
+        load_yaml(dup)
+
+
+def test_prompt_template_with_bom_is_the_same_template(tmp_path, caplog):
+    from presdep.scoring.template import load_template
+
+    text = "Query: {query}\nGrade each passage 0-3.\n"
+    plain, bommed = tmp_path / "plain.txt", tmp_path / "bommed.txt"
+    plain.write_text(text, encoding="utf-8")
+    bommed.write_bytes(BOM + text.encode())
+    a, b = load_template(str(plain)), load_template(str(bommed))
+    assert b.user == a.user == text and not b.user.startswith("\ufeff")
+    assert b.sha256 == a.sha256  # same text, same identity in the caches
+    assert _bom_notes(caplog) == [f"{bommed}: {NOTE}"]
+    rubric = tmp_path / "rubric.yaml"
+    rubric.write_bytes(BOM + b"name: x\n")
+    with pytest.raises(ValueError, match="rubric template lacks key"):  # parsed (not a BOM error) and checked
+        load_template(str(rubric))
+
+
+def test_run_report_and_bench_split_with_bom(tmp_path, caplog):
+    import json
+
+    from presdep.bench.suite import PUBLIC_PATH, read_split
+    from presdep.report.run_reports import read_report
+
+    doc = {"model": "m", "tasks": [{"id": "q1", "score": 0.5}]}
+    rep = tmp_path / "r.json"
+    rep.write_bytes(BOM + json.dumps(doc).encode())
+    assert read_report(rep).tasks == [("report", "q1", 0.5)]
+    split = _with_bom(PUBLIC_PATH, tmp_path / "public.jsonl")
+    assert read_split(split) == read_split(PUBLIC_PATH)
+    assert _bom_notes(caplog) == [f"{rep}: {NOTE}", f"{split}: {NOTE}"]
+    rep.write_bytes(b'{"model": "m", "tasks": [{"id": "q\xff", "score": 1}]}')
+    with pytest.raises(ValueError, match=r"r\.json, line 1: not valid UTF-8 \(byte 34"):
+        read_report(rep)

@@ -142,3 +142,77 @@ def test_a_checkpoint_on_a_full_disk_raises_disk_full_and_leaves_no_step_folder(
         checkpoints.write_checkpoint(tmp_path, 3, object(), opt, [], [])
     assert "unexpected pos" in str(info.value)
     _nothing_left(tmp_path / "checkpoints")
+
+
+# ------------------------------------------------------------------ folder writers (save_pretrained)
+
+def _tiny_peft_model():
+    from scorers_tiny import char_tokenizer
+
+    from presdep.training.lora import add_lora, tiny_causal_lm
+
+    spec = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+    return add_lora(tiny_causal_lm(char_tokenizer(), 0, hidden=64), spec, seed=1)  # adapter ~40 KB
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    """A real 16 KiB tmpfs: writes into it fail with the kernel's own ENOSPC (skipped where mount is not allowed)."""
+    import subprocess
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_an_adapter_on_a_really_full_filesystem_says_enospc(tiny_filesystem):
+    from presdep.contracts.schemas import write_dir_atomic
+    from presdep.training.lora import save_adapter
+
+    model = _tiny_peft_model()
+    target = tiny_filesystem / "adapter"
+    with pytest.raises(DiskFullError, match=r"adapter: could not be written: no space left on device \(ENOSPC\); "
+                                            r".* free on that filesystem; free space there and re-run") as info:
+        write_dir_atomic(target, lambda tmp: save_adapter(model, tmp))
+    assert info.value.path == str(target)
+    _nothing_left(tiny_filesystem)  # no half-written adapter, no temporary folder
+
+
+def test_save_pretrained_failures_name_the_folder_and_keep_the_old_one(tmp_path, monkeypatch):
+    """safetensors' Rust error (its text, as a full disk gives it) and a tokenizer's OSError both become DiskFullError."""
+    import peft.peft_model
+    from safetensors import SafetensorError
+
+    from presdep.contracts.schemas import write_dir_atomic
+    from presdep.runtime import models
+    from presdep.training.lora import save_adapter
+
+    model = _tiny_peft_model()
+    target = tmp_path / "adapter"
+    write_dir_atomic(target, lambda tmp: save_adapter(model, tmp))
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+
+    def full_safetensors(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", full_safetensors)
+    with pytest.raises(DiskFullError, match=r"adapter: could not be written: no space left on device \(ENOSPC\)"):
+        write_dir_atomic(target, lambda tmp: save_adapter(model, tmp))
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    _nothing_left(tmp_path, keep=("adapter",))
+
+    class FullTokenizer:
+        def save_pretrained(self, d):
+            (Path(d) / "tokenizer.json").write_text("{")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(d) / "tokenizer.json"))
+
+    with pytest.raises(DiskFullError, match=r"model: could not be written: no space left on device \(ENOSPC\)"):
+        models._save_model_dir(model.get_base_model(), FullTokenizer(), tmp_path / "model")
+    _nothing_left(tmp_path, keep=("adapter",))

@@ -144,19 +144,19 @@ def test_forced_float32_equals_a_direct_float32_readout(tmp_path, model_dir):
 
 def test_published_model_files_get_the_umask_mode_not_mkstemp_0600(tmp_path):
     """A fetched model directory's files are readable like every other output (umask 022 -> 0644)."""
-    import os
+    from presdep.contracts import schemas
 
-    from presdep.runtime.models import _atomic_dir, _publish_dir
-
-    old = os.umask(0o022)
-    try:
-        tmp = _atomic_dir(tmp_path / "model")
+    def write(tmp):
         weights = tmp / "model.safetensors"
         weights.write_bytes(b"x")
         weights.chmod(0o600)  # what a mkstemp-based writer leaves
         (tmp / "sub").mkdir(mode=0o700)
-        _publish_dir(tmp, tmp_path / "model")
+
+    umask = schemas._UMASK
+    try:
+        schemas._UMASK = 0o022
+        schemas.write_dir_atomic(tmp_path / "model", write)
     finally:
-        os.umask(old)
+        schemas._UMASK = umask
     assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "model" / "sub").stat().st_mode & 0o777 == 0o755
