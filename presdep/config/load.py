@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from presdep.config.catalogue import expand_catalogue
 from presdep.config.paths import check_path_kinds
@@ -21,6 +19,9 @@ from presdep.config.schema_enums import SCHEMA_PATH
 from presdep.config.scorers import variant_problems
 from presdep.config.yaml_io import load_yaml
 from presdep.contracts.errors import ConfigError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 # Sections that a --configfile replaces wholesale instead of merging into.
 REPLACING_SECTIONS = ("datasets", "variants", "synthetic", "synthetic_tasks")
@@ -63,8 +64,13 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
 # ----------------------------------------------------------------- validation
 
 
-def _defaults_validator(base=jsonschema.Draft202012Validator):
+def _defaults_validator(base=None):
     """``base`` extended to fill each property's ``default`` as it validates (jsonschema's recipe)."""
+    # Imported here, not at the top: the records and YAML reader this package also holds are
+    # imported by code that never validates a config (benchmarks/gpu.py on a bare GPU image).
+    import jsonschema
+
+    base = base or jsonschema.Draft202012Validator
     validate_properties = base.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -118,6 +124,8 @@ def _messages(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> Ite
         yield from _unknown_key_messages(error, root)
     elif error.context and error.validator in ("oneOf", "anyOf"):
         # The branch that got furthest says most about what was meant.
+        import jsonschema
+
         best = jsonschema.exceptions.best_match(error.context)
         yield f"{_yaml_path(error.absolute_path)}: {best.message}"
     else:

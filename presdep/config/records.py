@@ -16,7 +16,13 @@ from presdep.config.query_lists import QueryList
 from presdep.config.schema_enums import entry_enum
 from presdep.config.scorers import Capabilities, scorer_entry
 from presdep.contracts.errors import ConfigError, InvalidInput
-from presdep.contracts.presentations import CHUNKINGS, PAPER_SHUFFLE_RULE, PERTURBATIONS, SHUFFLE_RULES
+from presdep.contracts.presentations import (
+    CHUNKINGS,
+    NO_NOISE_REREADS,
+    PAPER_SHUFFLE_RULE,
+    PERTURBATIONS,
+    SHUFFLE_RULES,
+)
 from presdep.contracts.tasks import TASKS
 
 # ----------------------------------------------------------------- typed records
@@ -68,7 +74,9 @@ class Protocol:
     """The evaluation protocol of ONE dataset: the dataset's own settings over the global ones.
 
     ``shuffle_rule``: how random shuffle m is drawn (presdep.contracts.presentations);
-    ``shuffle_queries``: the fixed list of queries whose shuffles are scored (None: all).
+    ``shuffle_queries``: the fixed list of queries whose shuffles are scored (None: all);
+    ``noise_rereads``: R re-reads of the first-stage presentation in other batch compositions
+    (0 = off; docs/methods/tau-psi.md#the-noise-floor-tau_psi_noise).
     """
 
     seed: int
@@ -80,6 +88,7 @@ class Protocol:
     rubric: str | None = None
     shuffle_rule: str = PAPER_SHUFFLE_RULE
     shuffle_queries: QueryList | None = None
+    noise_rereads: int = NO_NOISE_REREADS
 
     @property
     def prompt(self) -> PromptSettings:
@@ -89,7 +98,8 @@ class Protocol:
         return {"seed": self.seed, "M": self.M, "B": self.B, "max_doc_chars": self.max_doc_chars,
                 "perturbations": list(self.perturbations), "instruction": self.instruction, "rubric": self.rubric,
                 "shuffle_rule": self.shuffle_rule,
-                "shuffle_queries": self.shuffle_queries.as_dict() if self.shuffle_queries else None}
+                "shuffle_queries": self.shuffle_queries.as_dict() if self.shuffle_queries else None,
+                "noise_rereads": self.noise_rereads}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Protocol:
@@ -97,7 +107,8 @@ class Protocol:
         return cls(seed=d["seed"], M=d["M"], B=d["B"], max_doc_chars=d["max_doc_chars"],
                    perturbations=tuple(d["perturbations"]), instruction=d.get("instruction"), rubric=d.get("rubric"),
                    shuffle_rule=d.get("shuffle_rule", PAPER_SHUFFLE_RULE),
-                   shuffle_queries=QueryList.from_dict(d.get("shuffle_queries")))
+                   shuffle_queries=QueryList.from_dict(d.get("shuffle_queries")),
+                   noise_rereads=d.get("noise_rereads", NO_NOISE_REREADS))
 
     @classmethod
     def checked(cls, p: Mapping[str, Any]) -> Protocol:
@@ -116,6 +127,10 @@ class Protocol:
             raise InvalidInput(f"protocol perturbations {perts} must be distinct names from {PERTURBATIONS}")
         if p["M"] < 1 and ({"random_shuffle", "within_chunk"} & set(perts)):
             raise InvalidInput("protocol M must be >= 1 for random_shuffle / within_chunk")
+        rereads = p.get("noise_rereads", NO_NOISE_REREADS)
+        if not _is_int(rereads) or rereads < 0 or rereads == 1:
+            raise InvalidInput(f"protocol noise_rereads must be 0 (off) or an integer >= 2 (a tau-PSI needs two "
+                               f"reads), got {rereads!r}")
         rule = p.get("shuffle_rule", PAPER_SHUFFLE_RULE)
         if rule not in SHUFFLE_RULES:
             raise InvalidInput(f"protocol shuffle_rule {rule!r} is not one of {SHUFFLE_RULES}")
@@ -529,6 +544,7 @@ def _dataset(name: str, raw: Mapping[str, Any]) -> Dataset:
         rubric=spec.get("rubric", proto["rubric"][spec["task"]]),
         shuffle_rule=spec.get("shuffle_rule", proto["shuffle_rule"]),
         shuffle_queries=QueryList.from_spec(spec.get("shuffle_queries"), where=f"datasets.{name}.shuffle_queries"),
+        noise_rereads=proto["noise_rereads"],
     )
     return Dataset(name=name, task=spec["task"], role=spec["role"], protocol=protocol,
                    max_queries=spec.get("max_queries"), spec=spec)

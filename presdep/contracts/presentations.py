@@ -30,6 +30,8 @@ from presdep.contracts.errors import InvalidInput, PresdepError
 T = TypeVar("T")
 
 PERTURBATIONS = ("random_shuffle", "within_chunk", "middle_injection")
+# protocol.noise_rereads off: the canonical presentation is read once (no noise floor measured).
+NO_NOISE_REREADS = 0
 # How a presented list is cut into prompts; the round-robin row deals EVERY pass (the
 # first-stage order and each shuffle) round-robin, every other row cuts contiguously.
 CHUNKINGS = ("contiguous", "round_robin")

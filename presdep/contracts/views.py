@@ -27,6 +27,9 @@ from presdep.contracts.errors import InvalidInput
 from presdep.contracts.tasks import FIRST_STAGE
 
 RANDOM_SHUFFLE = "random_shuffle"
+# Re-reads of the first-stage presentation in other batch compositions (protocol.noise_rereads):
+# a diagnostic of arithmetic noise, not a presentation; metrics, thresholds and the reader skip it.
+BATCH_NOISE = "batch_noise"
 CANONICAL_PRESENTATION = 0
 _NEED = ("query_id", "doc_id", "perturbation", "presentation", "score", "position")
 _OUT = {

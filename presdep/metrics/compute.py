@@ -28,6 +28,7 @@ from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_metadata, read_table, write_table
 from presdep.contracts.tasks import TASKS
 from presdep.contracts.views import (
+    BATCH_NOISE,
     FIRST_STAGE,
     RANDOM_SHUFFLE,
     decision_presentations,
@@ -78,7 +79,7 @@ __all__ = [
 def _view(scores: pl.DataFrame, bsc_k: int, ensembles: int) -> pl.DataFrame:
     """The frame metrics are computed on: the quality pass (perturbation first_stage) and,
     per other perturbation, its decision presentations (BSC ensembles for bsc_k > 1)."""
-    perts = sorted(set(scores["perturbation"].cast(pl.String).unique().to_list()) - {FIRST_STAGE})
+    perts = sorted(set(scores["perturbation"].cast(pl.String).unique().to_list()) - {FIRST_STAGE, BATCH_NOISE})
     if CANONICAL in perts:
         raise InvalidInput(
             "scores hold a 'canonical' perturbation (the v1 first-stage rows); presdep now names the "
@@ -150,6 +151,7 @@ def compute_metrics(
         else:
             _decision_rows(rows, pert, blocks[pert], qrels_d, task=task, threshold=threshold, reader_k=reader_k,
                            zeng=zeng and bsc_k == 1)
+    _noise_rows(rows, scores)
     if threshold is not None:
         add_threshold_rows(rows, threshold.artifact, blocks.get(RANDOM_SHUFFLE, []), qrels_d, threshold.test_queries)
     rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
@@ -239,6 +241,18 @@ def _decision_rows(rows: MetricRows, pert: str, bl: Sequence[Block], qrels_d: Ma
         add_response_rows(rows, pert, bl, qrels_d)
 
 
+def _noise_rows(rows: MetricRows, scores: pl.DataFrame) -> None:
+    """tau_psi_noise beside tau_psi: the tau-PSI (strict, ties by presented position) of the R
+    re-reads of the first-stage presentation in other batch compositions (perturbation
+    batch_noise, protocol.noise_rereads); none when the scores hold no re-reads."""
+    noise = scores.filter(pl.col("perturbation") == BATCH_NOISE)
+    if noise.height == 0:
+        return
+    bl = build_blocks(noise).get(BATCH_NOISE, [])
+    strict = [quality.presented_ranks(b.scores, b.positions) for b in bl]
+    rows.per_query(RANDOM_SHUFFLE, "tau_psi_noise", [b.query_id for b in bl], instability.tau_psi_many(strict))
+
+
 def _answer_rows(rows: MetricRows, answers: pl.DataFrame | None, gold: pl.DataFrame | None, task: str) -> None:
     """The reader's answer rows (task qa only); gold answers without answers give none."""
     if answers is not None:
@@ -278,6 +292,7 @@ def _metrics_frame(*, dataset: str, task: str, variant: str, seed: int | None, p
 def _passes_per_query(scores: pl.DataFrame) -> float:
     """Scoring passes (presentations of any perturbation) per shuffled query: the cost BSC pays.
     Queries off the dataset's shuffle list have the first-stage pass only and are not counted."""
+    scores = scores.filter(pl.col("perturbation") != BATCH_NOISE)  # a diagnostic's reads, not the scorer's cost
     shuffled = scores.filter(pl.col("perturbation") == RANDOM_SHUFFLE)["query_id"].unique()
     if shuffled.len():
         scores = scores.filter(pl.col("query_id").is_in(shuffled.implode()))

@@ -173,9 +173,16 @@ def merge_rows_by_label(rows: Sequence[dict]) -> list[dict]:
     return list(merged.values())
 
 
+# Beside each tau-PSI cell: the same cell of tau_psi_noise (protocol.noise_rereads), the tau-PSI
+# that arithmetic alone gives when the identical presentation is read in other batches.
+_NOISE_COLUMNS = {column: Table1Column(spec.task, "tau_psi_noise", spec.perturbation, spec.direction)
+                  for column, spec in ALL_COLUMNS.items() if spec.metric == "tau_psi"}
+
+
 def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(table, counts): one row per configured variant in config order; skipped ones keep their reason."""
     cells = cell_values(metrics)
+    noise = cell_values(metrics, _NOISE_COLUMNS)
     rows, counts = [], []
     for name, v in variants.items():
         row: dict = {"variant": name}
@@ -190,6 +197,7 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
                                "perturbation": spec.perturbation, "better": spec.direction,
                                "queries": int(hit["queries"][0] or 0), "datasets": int(hit["datasets"][0]),
                                "seeds": int(hit["seeds"][0]), "passes_per_query": _passes(metrics, name, spec.task),
+                               "tau_psi_noise": _noise_cell(noise, name, column),
                                "source": SOURCES[column], "warnings": warn})
         row["label"] = v.label
         row["note"] = f"skipped: {v.skip}" if v.skip else str(v.spec.get("note", ""))
@@ -200,8 +208,14 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
     table = pl.DataFrame(merge_rows_by_label(rows), schema=schema)
     count_schema = {"variant": pl.String, "column": pl.String, "metric": pl.String, "perturbation": pl.String,
                     "better": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64,
-                    "passes_per_query": pl.Float64, "source": pl.String, "warnings": pl.String}
+                    "passes_per_query": pl.Float64, "tau_psi_noise": pl.Float64, "source": pl.String,
+                    "warnings": pl.String}
     return table, pl.DataFrame(counts, schema=count_schema)
+
+
+def _noise_cell(noise: pl.DataFrame, variant: str, column: str) -> float | None:
+    hit = noise.filter((pl.col("variant") == variant) & (pl.col("column") == column))
+    return float(hit["value"][0]) if hit.height else None
 
 
 def bsc_curve(metrics: pl.DataFrame) -> pl.DataFrame:

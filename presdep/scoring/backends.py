@@ -240,13 +240,45 @@ class TransformersScorer(PromptScorer):
         return [(found[k] if k in found else fresh[k]).copy() for k in keys]
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
-        import numpy as np
+        return [_readouts(p) for p in self.slot_probs(prompts)]
 
-        grades = np.arange(4, dtype=np.float64)
-        result = []
-        for p in self.slot_probs(prompts):
-            result.append([GradeReadout(float(row @ grades), tuple(float(x) for x in row)) for row in p])
-        return result
+    def reread_in_batches(self, targets: Sequence[tuple[str, Sequence[str]]],
+                          companions: Sequence[tuple[str, Sequence[str]]], rereads: int,
+                          seed: int) -> list[list[list[GradeReadout]]]:
+        """``rereads`` fresh reads of each target prompt, each inside another batch: per re-read r,
+        per target, its readouts (slot order).
+
+        Re-read r puts each target in a batch with ``batch_size - 1`` companions drawn by
+        ``random.Random((seed, r))`` from ``companions`` (and the other targets), so the
+        companions, the padding and the target's row change from read to read; the read
+        cache is bypassed (a stored read would repeat itself). With ``batch_size`` 1 every
+        read is the target alone, and on a deterministic backend all re-reads are equal.
+        """
+        import random
+
+        built_t = [self.build(q, d) for q, d in targets]
+        built_c = [self.build(q, d) for q, d in companions]
+        self.prompts_asked += rereads * len(built_t)
+        out = []
+        for r in range(rereads):
+            rng = random.Random(f"{seed}:{r}")
+            reads = []
+            for i, target in enumerate(built_t):
+                pool = built_c + built_t[:i] + built_t[i + 1:]
+                batch = rng.sample(pool, min(self.batch_size - 1, len(pool)))
+                at = rng.randrange(len(batch) + 1)
+                batch.insert(at, target)
+                reads.append(_readouts(self.read_built(batch)[at]))
+            out.append(reads)
+        return out
+
+
+def _readouts(probs: Any) -> list[GradeReadout]:
+    """One prompt's readouts from its P(grade) rows [n_slots, 4]: E[g] and the probabilities."""
+    import numpy as np
+
+    grades = np.arange(4, dtype=np.float64)
+    return [GradeReadout(float(row @ grades), tuple(float(x) for x in row)) for row in probs]
 
 
 def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersScorer:

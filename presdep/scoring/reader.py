@@ -50,7 +50,7 @@ from presdep import __version__
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_metadata, read_table, write_table, write_text_atomic
 from presdep.contracts.tasks import FIRST_STAGE
-from presdep.contracts.views import decision_presentations
+from presdep.contracts.views import BATCH_NOISE, decision_presentations
 from presdep.runtime.models import (
     dtype_name,
     load_causal_lm,
@@ -97,7 +97,7 @@ def top_k_contexts(scores: pl.DataFrame, k: int, *, bsc_k: int = 1, ensembles: i
     """
     if k not in READER_K:
         raise InvalidInput(f"reader k must be one of {READER_K}, got {k!r}")
-    perts = sorted(set(scores["perturbation"].unique().to_list()) - {FIRST_STAGE})
+    perts = sorted(set(scores["perturbation"].unique().to_list()) - {FIRST_STAGE, BATCH_NOISE})
     if not perts:
         raise InvalidInput("scores have no presentations to read (only the first-stage pass)")
     out: list[Context] = []

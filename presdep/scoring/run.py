@@ -42,6 +42,7 @@ from presdep.contracts.presentations import (
 )
 from presdep.contracts.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
 from presdep.contracts.tasks import FIRST_STAGE
+from presdep.contracts.views import BATCH_NOISE
 from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.factory import make_scorer
 from presdep.scoring.template import prepare_doc
@@ -148,6 +149,8 @@ def _score_query(
         readouts = scorer.score_prompts([(query, [docs[i] for i in idx]) for *_, idx in layout])
     if len(readouts) != len(layout):
         raise RuntimeError(f"scorer {scorer.name} returned {len(readouts)} prompts for {len(layout)}")
+    if shuffled and measures_noise(scorer, p):
+        orders, layout, readouts = _with_noise_rereads(qid, query, docs, orders, layout, readouts, p, scorer)
 
     n_units = len(orders)
     score = np.full((n_units, n), np.nan)
@@ -185,6 +188,36 @@ def _score_query(
     if (out["position"] < 0).any() or out["score"].is_nan().any():
         raise RuntimeError(f"query {qid!r}: a document was not scored in some presentation")
     return out
+
+
+def measures_noise(scorer: Any, p: Protocol) -> bool:
+    """Whether this job re-reads the first-stage presentation (protocol.noise_rereads >= 2 and a
+    scorer that batches prompts; the identity scorer and generative backends have no batch noise to read)."""
+    return p.noise_rereads >= 2 and hasattr(scorer, "reread_in_batches")
+
+
+def _with_noise_rereads(qid: str, query: str, docs: Sequence[str], orders: list, layout: list, readouts: list,
+                        p: Protocol, scorer: Any) -> tuple[list, list, list]:
+    """``orders``, ``layout`` and ``readouts`` extended by R re-reads of the first-stage presentation
+    (perturbation batch_noise, presentations 0..R-1), each in other batch companions drawn from
+    the query's own prompts (docs/methods/tau-psi.md#the-noise-floor-tau_psi_noise)."""
+    targets = [entry for entry in layout if entry[0] == 0]  # the first-stage pass's prompts
+    prompt = [(query, [docs[i] for i in idx]) for *_, idx in layout]
+    target_prompts = [prompt[k] for k, entry in enumerate(layout) if entry[0] == 0]
+    companions = [prompt[k] for k, entry in enumerate(layout) if entry[0] != 0]
+    rereads = scorer.reread_in_batches(target_prompts, companions, p.noise_rereads,
+                                       seed=stable_seed(p.seed, "batch_noise", qid))
+    orders = list(orders)
+    layout = list(layout)
+    readouts = list(readouts)
+    first = orders[0]
+    for r, reads in enumerate(rereads):
+        ui = len(orders)
+        orders.append((BATCH_NOISE, r, first[2], first[3]))
+        for (_, j, pos, idx), ro in zip(targets, reads):
+            layout.append((ui, j, pos, idx))
+            readouts.append(ro)
+    return orders, layout, readouts
 
 
 def _partial_name(qid: str) -> str:
@@ -355,11 +388,17 @@ def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: s
     describe = fingerprint["scorer"]
     counts = {x: (shuffle_count(v, p) if x == "random_shuffle" else p.M if x == "within_chunk" else len(INJECTION_PLACES))
               for x in p.perturbations}
+    noise = measures_noise(scorer, p) and bool(shuffled)
+    if noise:
+        counts[BATCH_NOISE] = p.noise_rereads
+    elif p.noise_rereads:
+        log.warning("%s: protocol.noise_rereads = %d, but scorer %s reads no batches: no noise floor measured",
+                    dataset, p.noise_rereads, getattr(scorer, "name", "?"))
     write_table(
         scores, out_path, "scores",
         params={"variant": fingerprint["variant"], "protocol": fingerprint["protocol"]},
         dataset=dataset,
-        perturbations=[FIRST_STAGE, *p.perturbations],
+        perturbations=[FIRST_STAGE, *p.perturbations, *([BATCH_NOISE] if noise else [])],
         presentations={FIRST_STAGE: 1, **counts},
         bsc_k=v.bsc_k,
         bsc_ensembles=v.bsc_ensembles,  # E: used by the views only when bsc_k > 1
@@ -373,6 +412,8 @@ def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: s
         shuffle_queries={"list": p.shuffle_queries.as_dict() if p.shuffle_queries else None,
                          "queries": len(shuffled), "of": len(qids)},
         scorer_stats=scorer_stats or None,
+        batch_noise={"rereads": p.noise_rereads, "measured": noise,
+                     "batch_size": getattr(scorer, "batch_size", None)} if p.noise_rereads else None,
         **({"read_cache": {**cache.stats(), "queries_resumed": resumed}} if cache is not None else {}),
     )
 
