@@ -9,6 +9,7 @@ with the same fingerprint (settings, seed, data, version); see presdep.runtime.r
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -25,6 +26,14 @@ from presdep.training.lora import adapter_state, load_adapter_state, save_adapte
 def step_dir(out_dir: Path, step: int) -> Path:
     """The checkpoint folder of ``step`` under a run's ``out_dir``."""
     return out_dir / "checkpoints" / f"step{step:06d}"
+
+
+def _save_state(state: dict, path: Path) -> None:
+    """torch.save through a buffer: a file path would name the archive's inner folder after the
+    atomic writer's random temporary name, so equal states would give different bytes."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    path.write_bytes(buf.getvalue())
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
@@ -51,7 +60,7 @@ def write_checkpoint(out_dir: Path, step: int, model: Any, optimizer: torch.opti
         }
         # Through the atomic writer: on a full disk torch.save says only "basic_ios::clear:
         # iostream error" (or "unexpected pos"); atomic_write turns that into DiskFullError.
-        atomic_write(tmp / "trainer.pt", lambda p: torch.save(state, p))
+        atomic_write(tmp / "trainer.pt", lambda p: _save_state(state, p))
         (tmp / "log.json").write_text(json.dumps({"rows": rows, "heldout": heldout_rows}))
 
     final = step_dir(out_dir, step)

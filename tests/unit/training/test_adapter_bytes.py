@@ -158,3 +158,21 @@ def test_safetensors_metadata_order_is_canonical(tmp_path):
         assert sorted(f.keys()) == sorted(tensors)
         for k, t in tensors.items():
             assert torch.equal(f.get_tensor(k), t)
+
+
+def test_equal_trainer_states_save_to_equal_bytes(tmp_path, monkeypatch):
+    """The checkpoint's trainer.pt: torch.save would name its archive after the temporary file."""
+    from presdep.training import checkpoints
+
+    param = torch.nn.Parameter(torch.arange(4, dtype=torch.float32))
+    opt = torch.optim.AdamW([param], lr=0.1)
+    param.grad = torch.ones(4)
+    opt.step()
+    monkeypatch.setattr(checkpoints, "save_adapter", lambda m, d: Path(d).mkdir(parents=True))
+    monkeypatch.setattr(checkpoints, "adapter_state", lambda m: {"w": param.detach().clone()})
+    saved = []
+    for run in ("a", "b"):
+        torch.manual_seed(0)
+        final = checkpoints.write_checkpoint(tmp_path / run, 2, object(), opt, [{"step": 2}], [])
+        saved.append((final / "trainer.pt").read_bytes())
+    assert saved[0] == saved[1]
