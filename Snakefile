@@ -2,6 +2,7 @@
 #   snakemake --cores all results/table1.csv          (embedded default, CPU, offline)
 #   snakemake results/table1.csv --cores 2 --configfile configs/examples/dl19-identity.yaml
 #   snakemake -n results/table1.csv                     (inspect the DAG first)
+#   a config with `name: NAME` writes results/NAME/ and logs/NAME/ instead (rules/common.smk, RESULTS)
 from snakemake.utils import min_version
 
 min_version("8.20")
@@ -25,6 +26,7 @@ include: "rules/thresholds.smk"
 include: "rules/metrics.smk"
 include: "rules/tables.smk"
 include: "rules/figure1.smk"
+include: "rules/position_profile.smk"
 include: "rules/stability.smk"
 
 

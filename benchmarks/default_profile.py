@@ -5,7 +5,8 @@ Reads an existing results tree (run it from the workflow's directory, or pass --
 - ``results/benchmarks/<rule>/**.tsv`` (each rule's ``benchmark:``): wall and CPU seconds per
   rule and job count;
 - ``logs/score/**.log``: the ``profile {json}`` line each score job logs (prompts asked and
-  read by the model, tokens, tokens per second, start-up / model load / forward seconds);
+  read by the model, prompts another concurrent job read while this one waited, tokens,
+  tokens per second, start-up / model load / forward seconds);
 - ``results/scores/**.parquet`` and ``results/answers/**.parquet`` metadata: the read cache's
   and the answer cache's hits and misses, summed into the run's hit rates.
 
@@ -108,6 +109,7 @@ def report(root: Path) -> dict:
     scoring = {
         "jobs": len(jobs), "model_jobs": len(model_jobs),
         "prompts": _sum(model_jobs, "prompts"), "prompts_read": _sum(model_jobs, "prompts_read"),
+        "waited_for_other_job": _sum(model_jobs, "waited_for_other_job"),
         "tokens_read": tokens, "startup_s": _sum(jobs, "startup_s"), "model_load_s": _sum(jobs, "model_load_s"),
         "forward_s": forward, "tokens_per_s": (tokens / forward) if tokens and forward else None,
         "per_job": jobs,
@@ -123,13 +125,15 @@ def render(rep: dict) -> str:
     lines.append(f"| **all** | {sum(r['jobs'] for r in rep['rules'].values())} | {rep['total_wall_s']:.1f} | "
                  f"{sum(r['cpu_s'] for r in rep['rules'].values()):.1f} |")
     s = rep["scoring"]
-    lines += ["", "| score job | dtype | prompts | read by model | tokens read | tok/s | start-up s | load s | forward s |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", ("| score job | dtype | prompts | read by model | read by another job | tokens read | tok/s "
+                   "| start-up s | load s | forward s |"), "|---|---|---|---|---|---|---|---|---|---|"]
     for j in s["per_job"]:
         lines.append(f"| {j['job']} | {j.get('dtype') or '-'} | {j.get('prompts') or '-'} | {_fmt(j.get('prompts_read'), 'd')} | "
+                     f"{_fmt(j.get('waited_for_other_job'), 'd')} | "
                      f"{_fmt(j.get('tokens_read'), 'd')} | {_fmt(j.get('tokens_per_s'), '.0f')} | "
                      f"{_fmt(j.get('startup_s'))} | {_fmt(j.get('model_load_s'))} | {_fmt(j.get('forward_s'))} |")
-    lines.append(f"| **all** | | {_fmt(s['prompts'], '.0f')} | {_fmt(s['prompts_read'], '.0f')} | {_fmt(s['tokens_read'], '.0f')} | "
+    lines.append(f"| **all** | | {_fmt(s['prompts'], '.0f')} | {_fmt(s['prompts_read'], '.0f')} | "
+                 f"{_fmt(s['waited_for_other_job'], '.0f')} | {_fmt(s['tokens_read'], '.0f')} | "
                  f"{_fmt(s['tokens_per_s'], '.0f')} | {_fmt(s['startup_s'])} | {_fmt(s['model_load_s'])} | {_fmt(s['forward_s'])} |")
     lines.append("")
     for key, files in (("read_cache", "scores"), ("answer_cache", "answers")):

@@ -34,6 +34,15 @@ PRESDEP_VERSION = presdep.__version__
 # Threads of model jobs (scoring, training, the CapCal prior, the reader). Locally Snakemake
 # scales a job's threads down to --cores; on a cluster set-threads in the profile decides.
 MODEL_THREADS = CFG.model_threads
+# Where this config's outputs go, the one prefix of every rule's results, benchmark and log
+# paths: a config with a `name` writes under results/<name>/ and logs/<name>/, so runs of
+# several configs in one checkout keep each its own Table 1; without one (the embedded
+# default) results/ and logs/ themselves. What is fetched once or keyed by content stays
+# shared by every run: resources/ (datasets, models, indexes, the read and answer caches)
+# and the hosted teachers' reply cache (HOSTED_CACHE, keyed by the request).
+RESULTS = f"results/{CFG.name}" if CFG.name else "results"
+LOGS = f"logs/{CFG.name}" if CFG.name else "logs"
+HOSTED_CACHE = "results/cache/hosted"
 
 
 
@@ -54,7 +63,7 @@ def candidate_source_files(wildcards):
     if fmt == "trec_run":
         return {"run": src["run"]}
     if fmt == "bm25":
-        return {"first_stage": f"results/{wildcards.dataset}/first_stage.parquet"}
+        return {"first_stage": f"{RESULTS}/{wildcards.dataset}/first_stage.parquet"}
     raise ValueError(f"dataset {wildcards.dataset}: unknown candidates format {fmt!r}")
 
 
@@ -96,7 +105,7 @@ def _figure1_choice():
 def figure1_choice(wildcards=None):
     if FIGURE1 is None:
         raise ValueError(
-            "results/figure1.svg needs `figure1: {variant: <scoring run>, dataset: <eval dataset>}` in the config "
+            f"{RESULTS}/figure1.svg needs `figure1: {{variant: <scoring run>, dataset: <eval dataset>}}` in the config "
             f"(runs: {sorted(RUNS)}; eval datasets: {EVAL_DATASETS})"
         )
     return FIGURE1
@@ -106,8 +115,8 @@ def figure1_inputs(wildcards):
     chosen = figure1_choice()
     return {
         "metrics": metrics_files(),
-        "scores": f"results/scores/{chosen['variant']}/{chosen['dataset']}.parquet",
-        "qrels": f"results/{chosen['dataset']}/qrels.parquet",
+        "scores": f"{RESULTS}/scores/{chosen['variant']}/{chosen['dataset']}.parquet",
+        "qrels": f"{RESULTS}/{chosen['dataset']}/qrels.parquet",
     }
 
 
@@ -116,21 +125,23 @@ FIGURE1 = _figure1_choice()
 
 def metrics_files():
     # A run covers the eval datasets of its variant's tasks only (a task's student, its own task).
-    return [f"results/metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items() for ds in EVAL_DATASETS
+    return [f"{RESULTS}/metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items() for ds in EVAL_DATASETS
             if CFG.datasets[ds].task in CFG.variants[name].tasks]
 
 
 def final_outputs():
     """What a run delivers: Table 1 with its counts and BSC's K-curve, the stability analysis,
-    every metrics file, and Figure 1 where the config names its example (`rule all`, `make run`)."""
+    every metrics file, the position profile, and Figure 1 where the config names its example
+    (`rule all`, `make run`)."""
     return [
-        "results/table1.csv",
-        "results/table1.md",
-        "results/table1_counts.csv",
-        "results/bsc_curve.csv",
-        "results/stability/table1.json",
+        f"{RESULTS}/table1.csv",
+        f"{RESULTS}/table1.md",
+        f"{RESULTS}/table1_counts.csv",
+        f"{RESULTS}/bsc_curve.csv",
+        f"{RESULTS}/stability/table1.json",
         *metrics_files(),
-        *(["results/figure1.svg"] if FIGURE1 else []),
+        f"{RESULTS}/position_profile.svg",
+        *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),
     ]
 
 
@@ -142,19 +153,19 @@ def run_variant(wildcards):
 def metrics_inputs(wildcards):
     """scores + qrels; QA datasets add the reader's answers and the gold answers."""
     inputs = {
-        "scores": f"results/scores/{wildcards.variant}/{wildcards.dataset}.parquet",
-        "qrels": f"results/{wildcards.dataset}/qrels.parquet",
+        "scores": f"{RESULTS}/scores/{wildcards.variant}/{wildcards.dataset}.parquet",
+        "qrels": f"{RESULTS}/{wildcards.dataset}/qrels.parquet",
     }
     if CFG.datasets[wildcards.dataset].task == "qa":
-        inputs["answers"] = f"results/answers/{wildcards.variant}/{wildcards.dataset}.parquet"
-        inputs["gold"] = f"results/{wildcards.dataset}/answers_gold.parquet"
+        inputs["answers"] = f"{RESULTS}/answers/{wildcards.variant}/{wildcards.dataset}.parquet"
+        inputs["gold"] = f"{RESULTS}/{wildcards.dataset}/answers_gold.parquet"
     return inputs
 
 
 def score_inputs(wildcards):
     inputs = {
-        "candidates": f"results/{wildcards.dataset}/candidates.parquet",
-        "qrels": f"results/{wildcards.dataset}/qrels.parquet",
+        "candidates": f"{RESULTS}/{wildcards.dataset}/candidates.parquet",
+        "qrels": f"{RESULTS}/{wildcards.dataset}/qrels.parquet",
     }
     name, seed = run_variant(wildcards)
     v = CFG.variants[name]
@@ -162,14 +173,14 @@ def score_inputs(wildcards):
         # Every model is fetched once into resources/models/<name> (a hub id downloads there).
         inputs["model_dir"] = f"resources/models/{v.model}"
     if v.student:
-        inputs["selected"] = f"results/models/{name}/selected.json"
+        inputs["selected"] = f"{RESULTS}/models/{name}/selected.json"
     if v.calibration == "capcal":
         # CapCal recalibrates another run's stored probabilities (only its probes are model work).
         source = v.reuse_scores_of
         if source not in RUNS or CFG.variants[source].calibration != "none":
             raise ValueError(f"variants.{name}.reuse_scores_of: {source!r} must be a runnable, untrained, "
                              f"uncalibrated variant (runs: {sorted(RUNS)})")
-        inputs["reuse_scores"] = f"results/scores/{source}/{wildcards.dataset}.parquet"
+        inputs["reuse_scores"] = f"{RESULTS}/scores/{source}/{wildcards.dataset}.parquet"
     return inputs
 
 

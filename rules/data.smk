@@ -15,7 +15,7 @@ rule generate_synthetic:
     conda:
         "../envs/retrieval.yaml"
     log:
-        "logs/generate_synthetic/{collection}.log",
+        f"{LOGS}/generate_synthetic/{{collection}}.log",
     script:
         "../scripts/generate_synthetic.py"
 
@@ -35,6 +35,6 @@ rule generate_synthetic_task:
     conda:
         "../envs/retrieval.yaml"
     log:
-        "logs/generate_synthetic_task/{taskset}/{split}/{kind}.log",
+        f"{LOGS}/generate_synthetic_task/{{taskset}}/{{split}}/{{kind}}.log",
     script:
         "../scripts/generate_synthetic_task.py"

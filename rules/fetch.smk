@@ -27,7 +27,7 @@ rule fetch_dataset:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
         version=PRESDEP_VERSION,
     log:
-        "logs/fetch_dataset/{catalogue_id}.log",
+        f"{LOGS}/fetch_dataset/{{catalogue_id}}.log",
     threads: 4
     resources:
         # A prebuilt MS MARCO v1 index is ~2 GB to download; v2 ~39 GB.
@@ -51,7 +51,7 @@ rule fetch_dataset_qa:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
         version=PRESDEP_VERSION,
     log:
-        "logs/fetch_dataset/{catalogue_id}.log",
+        f"{LOGS}/fetch_dataset/{{catalogue_id}}.log",
     resources:
         mem_mb=4000,
         runtime=60,
@@ -75,7 +75,7 @@ rule fetch_dataset_beir:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
         version=PRESDEP_VERSION,
     log:
-        "logs/fetch_dataset/{catalogue_id}.log",
+        f"{LOGS}/fetch_dataset/{{catalogue_id}}.log",
     resources:
         mem_mb=4000,
         runtime=60,
@@ -96,7 +96,7 @@ rule fetch_training_pool:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
         version=PRESDEP_VERSION,
     log:
-        "logs/fetch_dataset/{catalogue_id}.log",
+        f"{LOGS}/fetch_dataset/{{catalogue_id}}.log",
     threads: 8
     resources:
         # MS MARCO train: BM25 top 100 for 30,000 queries over the prebuilt v1 index.
@@ -119,7 +119,7 @@ rule fetch_training_pool_qa:
         job=lambda w: FETCH_JOBS[w.catalogue_id],
         version=PRESDEP_VERSION,
     log:
-        "logs/fetch_dataset/{catalogue_id}.log",
+        f"{LOGS}/fetch_dataset/{{catalogue_id}}.log",
     resources:
         mem_mb=8000,
         runtime=120,

@@ -6,9 +6,9 @@ rule build_fixture:
         unpack(candidate_source_files),
         unpack(qrels_input),
     output:
-        candidates="results/{dataset}/candidates.parquet",
-        qrels="results/{dataset}/qrels.parquet",
-        gold="results/{dataset}/answers_gold.parquet",
+        candidates=f"{RESULTS}/{{dataset}}/candidates.parquet",
+        qrels=f"{RESULTS}/{{dataset}}/qrels.parquet",
+        gold=f"{RESULTS}/{{dataset}}/answers_gold.parquet",
     params:
         dataset_config=lambda wc: CFG.datasets[wc.dataset].as_dict(),
         protocol=lambda wc: CFG.datasets[wc.dataset].protocol.as_dict(),
@@ -16,7 +16,7 @@ rule build_fixture:
     conda:
         "../envs/retrieval.yaml"
     log:
-        "logs/build_fixture/{dataset}.log",
+        f"{LOGS}/build_fixture/{{dataset}}.log",
     resources:
         mem_mb=2000,
         runtime=20,

@@ -6,12 +6,12 @@ rule metrics:
         unpack(metrics_inputs),
         # reranking reads t* (and the test half) from the threshold artifact
         unpack(
-            lambda wc: {"thresholds": f"results/thresholds/{wc.variant}/{wc.dataset}.json"}
+            lambda wc: {"thresholds": f"{RESULTS}/thresholds/{wc.variant}/{wc.dataset}.json"}
             if CFG.datasets[wc.dataset].task == "rerank"
             else {}
         ),
     output:
-        metrics="results/metrics/{variant}/{dataset}.parquet",
+        metrics=f"{RESULTS}/metrics/{{variant}}/{{dataset}}.parquet",
     params:
         task=lambda wc: CFG.datasets[wc.dataset].task,
         variant=lambda wc: run_variant(wc)[0],
@@ -22,7 +22,7 @@ rule metrics:
     conda:
         "../envs/cpu.yaml"
     log:
-        "logs/metrics/{variant}/{dataset}.log",
+        f"{LOGS}/metrics/{{variant}}/{{dataset}}.log",
     resources:
         mem_mb=2000,
         runtime=20,

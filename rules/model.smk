@@ -9,9 +9,9 @@ rule fetch_model:
     conda:
         "../envs/gpu.yaml"
     log:
-        "logs/fetch_model/{model}.log",
+        f"{LOGS}/fetch_model/{{model}}.log",
     benchmark:
-        "results/benchmarks/fetch_model/{model}.tsv"
+        f"{RESULTS}/benchmarks/fetch_model/{{model}}.tsv"
     resources:
         mem_mb=lambda wc: _model_spec(wc)["mem_mb"],
         runtime=60,

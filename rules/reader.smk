@@ -14,11 +14,11 @@ READER_SETTINGS = {**{k: READER_SPEC[k] for k in ("device", "dtype") if k in REA
 
 rule read_answers:
     input:
-        scores="results/scores/{variant}/{dataset}.parquet",
-        candidates="results/{dataset}/candidates.parquet",
+        scores=f"{RESULTS}/scores/{{variant}}/{{dataset}}.parquet",
+        candidates=f"{RESULTS}/{{dataset}}/candidates.parquet",
         model_dir=f"resources/models/{READER_MODEL}",
     output:
-        answers="results/answers/{variant}/{dataset}.parquet",
+        answers=f"{RESULTS}/answers/{{variant}}/{{dataset}}.parquet",
     wildcard_constraints:
         dataset=alternatives(QA_DATASETS),
     params:
@@ -30,9 +30,9 @@ rule read_answers:
     conda:
         "../envs/gpu.yaml"
     log:
-        "logs/read_answers/{variant}/{dataset}.log",
+        f"{LOGS}/read_answers/{{variant}}/{{dataset}}.log",
     benchmark:
-        "results/benchmarks/read_answers/{variant}/{dataset}.tsv"
+        f"{RESULTS}/benchmarks/read_answers/{{variant}}/{{dataset}}.tsv"
     threads: MODEL_THREADS
     resources:
         mem_mb=lambda wc: READER_SPEC["mem_mb"],

@@ -16,9 +16,9 @@ rule build_index:
         version=PRESDEP_VERSION,
         corpus=lambda w: thaw(_BM25_INDEXES[w.index]),
     log:
-        "logs/build_index/{index}.log",
+        f"{LOGS}/build_index/{{index}}.log",
     benchmark:
-        "results/benchmarks/build_index/{index}.tsv"
+        f"{RESULTS}/benchmarks/build_index/{{index}}.tsv"
     threads: 4
     resources:
         # SciFact: ~15 s, < 2 GB; MS MARCO passage (8.8M): ~15 min on 8 threads, ~8 GB.
@@ -35,9 +35,9 @@ rule retrieve:
         index=lambda w: f"resources/indexes/{_index_name(w.dataset)}",
         topics=lambda w: _bm25_source_input(_BM25_DATASETS[w.dataset]["topics"]),
     output:
-        first_stage="results/{dataset}/first_stage.parquet",
-        trec="results/{dataset}/first_stage.trec",
-        meta="results/{dataset}/dataset_meta.yaml",
+        first_stage=f"{RESULTS}/{{dataset}}/first_stage.parquet",
+        trec=f"{RESULTS}/{{dataset}}/first_stage.trec",
+        meta=f"{RESULTS}/{{dataset}}/dataset_meta.yaml",
     wildcard_constraints:
         dataset=alternatives(_BM25_DATASETS),
     params:
@@ -46,9 +46,9 @@ rule retrieve:
         topics=lambda w: thaw(_BM25_DATASETS[w.dataset]["topics"]),
         bm25=_bm25_params,
     log:
-        "logs/retrieve/{dataset}.log",
+        f"{LOGS}/retrieve/{{dataset}}.log",
     benchmark:
-        "results/benchmarks/retrieve/{dataset}.tsv"
+        f"{RESULTS}/benchmarks/retrieve/{{dataset}}.tsv"
     threads: 4
     resources:
         mem_mb=4000,

@@ -5,7 +5,7 @@ rule score:
     input:
         unpack(score_inputs),
     output:
-        scores="results/scores/{variant}/{dataset}.parquet",
+        scores=f"{RESULTS}/scores/{{variant}}/{{dataset}}.parquet",
     params:
         variant_name=lambda wc: run_variant(wc)[0],
         variant=lambda wc: run_record(wc).as_dict(),
@@ -20,9 +20,9 @@ rule score:
         # The scorer's capability record names its environment, threads and resources.
         lambda wc: f"../envs/{scorer_caps(wc).env}.yaml"
     log:
-        "logs/score/{variant}/{dataset}.log",
+        f"{LOGS}/score/{{variant}}/{{dataset}}.log",
     benchmark:
-        "results/benchmarks/score/{variant}/{dataset}.tsv"
+        f"{RESULTS}/benchmarks/score/{{variant}}/{{dataset}}.tsv"
     threads: _score_threads
     resources:
         mem_mb=lambda wc: scorer_caps(wc).mem_mb,

@@ -5,14 +5,14 @@ rule stability:
     input:
         metrics=metrics_files(),
     output:
-        json="results/stability/table1.json",
-        svg_dir=directory("results/stability/svg"),
+        json=f"{RESULTS}/stability/table1.json",
+        svg_dir=directory(f"{RESULTS}/stability/svg"),
     params:
         resamples=CFG.stability["resamples"],
         seed=CFG.stability["seed"],
         version=PRESDEP_VERSION,
     log:
-        "logs/stability.log",
+        f"{LOGS}/stability.log",
     conda:
         "../envs/cpu.yaml"
     resources:

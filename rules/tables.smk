@@ -10,9 +10,9 @@ rule table1:
     input:
         metrics=metrics_files(),
     output:
-        csv="results/table1.csv",
-        md=report("results/table1.md", caption="report/table1.rst", category="Table 1"),
-        counts="results/table1_counts.csv",
+        csv=f"{RESULTS}/table1.csv",
+        md=report(f"{RESULTS}/table1.md", caption="report/table1.rst", category="Table 1"),
+        counts=f"{RESULTS}/table1_counts.csv",
     params:
         variants=CFG.variants_table(),
         skipped_datasets=thaw(CFG.skipped_datasets),
@@ -21,7 +21,7 @@ rule table1:
     conda:
         "../envs/cpu.yaml"
     log:
-        "logs/table1.log",
+        f"{LOGS}/table1.log",
     script:
         "../scripts/table1.py"
 
@@ -30,12 +30,12 @@ rule bsc_curve:
     input:
         metrics=metrics_files(),
     output:
-        csv="results/bsc_curve.csv",
+        csv=f"{RESULTS}/bsc_curve.csv",
     params:
         version=PRESDEP_VERSION,
     conda:
         "../envs/cpu.yaml"
     log:
-        "logs/bsc_curve.log",
+        f"{LOGS}/bsc_curve.log",
     script:
         "../scripts/bsc_curve.py"

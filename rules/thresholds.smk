@@ -4,10 +4,10 @@
 
 rule thresholds:
     input:
-        scores="results/scores/{variant}/{dataset}.parquet",
-        qrels="results/{dataset}/qrels.parquet",
+        scores=f"{RESULTS}/scores/{{variant}}/{{dataset}}.parquet",
+        qrels=f"{RESULTS}/{{dataset}}/qrels.parquet",
     output:
-        json="results/thresholds/{variant}/{dataset}.json",
+        json=f"{RESULTS}/thresholds/{{variant}}/{{dataset}}.json",
     params:
         split_seed=CFG.split_seed,
         bsc_k=lambda wc: run_record(wc).bsc_k,
@@ -16,7 +16,7 @@ rule thresholds:
     conda:
         "../envs/cpu.yaml"
     log:
-        "logs/thresholds/{variant}/{dataset}.log",
+        f"{LOGS}/thresholds/{{variant}}/{{dataset}}.log",
     resources:
         mem_mb=2000,
         runtime=10,

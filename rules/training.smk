@@ -5,19 +5,19 @@ rule silver_labels:
     input:
         unpack(_silver_inputs),
     output:
-        silver="results/silver/{teacher}/{dataset}.parquet",
+        silver=f"{RESULTS}/silver/{{teacher}}/{{dataset}}.parquet",
     params:
         # Settings only: a hosted teacher names the environment variable of its key, never the key.
         teacher=lambda wc: _teacher(wc).as_dict(),
         protocol=lambda wc: CFG.datasets[wc.dataset].protocol.as_dict(),
-        cache_dir=lambda wc: f"results/cache/hosted/{wc.teacher}",
+        cache_dir=lambda wc: f"{HOSTED_CACHE}/{wc.teacher}",
         version=PRESDEP_VERSION,
     conda:
         lambda wc: "../envs/gpu.yaml" if _is_open_weight(wc) else "../envs/hosted.yaml"
     log:
-        "logs/silver_labels/{teacher}/{dataset}.log",
+        f"{LOGS}/silver_labels/{{teacher}}/{{dataset}}.log",
     benchmark:
-        "results/benchmarks/silver_labels/{teacher}/{dataset}.tsv"
+        f"{RESULTS}/benchmarks/silver_labels/{{teacher}}/{{dataset}}.tsv"
     threads: lambda wc: MODEL_THREADS if _is_open_weight(wc) else 1
     resources:
         mem_mb=lambda wc: 8000 if _is_open_weight(wc) else 2000,
@@ -33,10 +33,10 @@ rule train_student:
         unpack(_train_inputs),
     output:
         # Checkpoints live beside these (checkpoints/), undeclared, so a killed job resumes.
-        done="results/models/{student}/seed{seed}/done.json",
-        train_log="results/models/{student}/seed{seed}/train_log.parquet",
-        heldout="results/models/{student}/seed{seed}/heldout.parquet",
-        adapter=directory("results/models/{student}/seed{seed}/adapter"),
+        done=f"{RESULTS}/models/{{student}}/seed{{seed}}/done.json",
+        train_log=f"{RESULTS}/models/{{student}}/seed{{seed}}/train_log.parquet",
+        heldout=f"{RESULTS}/models/{{student}}/seed{{seed}}/heldout.parquet",
+        adapter=directory(f"{RESULTS}/models/{{student}}/seed{{seed}}/adapter"),
     params:
         # Selection settings stay out: changing how lambda is chosen never retrains.
         student=lambda wc: {k: v for k, v in _training_settings(wc).items() if k not in _SELECTION_KEYS},
@@ -46,9 +46,9 @@ rule train_student:
     conda:
         "../envs/training.yaml"
     log:
-        "logs/train_student/{student}/seed{seed}.log",
+        f"{LOGS}/train_student/{{student}}/seed{{seed}}.log",
     benchmark:
-        "results/benchmarks/train_student/{student}/seed{seed}.tsv"
+        f"{RESULTS}/benchmarks/train_student/{{student}}/seed{{seed}}.tsv"
     threads: lambda wc: 4 if _on_gpu(wc) else MODEL_THREADS
     resources:
         gpu=lambda wc: 1 if _on_gpu(wc) else 0,
@@ -63,7 +63,7 @@ rule select_lambda:
         runs=lambda wc: [f"{r['dir']}/done.json" for r in _selection_runs(wc)],
         heldout=lambda wc: [f"{r['dir']}/heldout.parquet" for r in _selection_runs(wc)],
     output:
-        selected="results/models/{variant}/selected.json",
+        selected=f"{RESULTS}/models/{{variant}}/selected.json",
     wildcard_constraints:
         variant=alternatives(TRAINED),
     params:
@@ -74,7 +74,7 @@ rule select_lambda:
     conda:
         "../envs/cpu.yaml"
     log:
-        "logs/select_lambda/{variant}.log",
+        f"{LOGS}/select_lambda/{{variant}}.log",
     resources:
         mem_mb=1000,
         runtime=10,

@@ -36,7 +36,7 @@ def _teacher(wc):
 
 
 def _silver_inputs(wc):
-    inputs = {"candidates": f"results/{wc.dataset}/candidates.parquet"}
+    inputs = {"candidates": f"{RESULTS}/{wc.dataset}/candidates.parquet"}
     t = _teacher(wc)
     if t.open_weight:
         inputs["model_dir"] = _model_dir(t.model)
@@ -67,11 +67,11 @@ def _training_settings(wc):
 def _train_inputs(wc):
     variant, lam, s = _student(wc)
     return {
-        "silver": f"results/silver/{s.teacher}/{s.train}.parquet",
-        "train_candidates": f"results/{s.train}/candidates.parquet",
-        "train_qrels": f"results/{s.train}/qrels.parquet",
-        "heldout_candidates": f"results/{s.heldout}/candidates.parquet",
-        "heldout_qrels": f"results/{s.heldout}/qrels.parquet",
+        "silver": f"{RESULTS}/silver/{s.teacher}/{s.train}.parquet",
+        "train_candidates": f"{RESULTS}/{s.train}/candidates.parquet",
+        "train_qrels": f"{RESULTS}/{s.train}/qrels.parquet",
+        "heldout_candidates": f"{RESULTS}/{s.heldout}/candidates.parquet",
+        "heldout_qrels": f"{RESULTS}/{s.heldout}/qrels.parquet",
         "model_dir": _model_dir(TRAINED[variant].model),
     }
 
@@ -83,7 +83,7 @@ def _on_gpu(wc):
 def _selection_runs(wc):
     v = TRAINED[wc.variant]
     return [
-        {"lambda": lam, "seed": seed, "dir": f"results/models/{_student_name(wc.variant, lam)}/seed{seed}"}
+        {"lambda": lam, "seed": seed, "dir": f"{RESULTS}/models/{_student_name(wc.variant, lam)}/seed{seed}"}
         for lam in v.student.lambdas
         for seed in v.student.seeds
     ]

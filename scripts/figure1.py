@@ -13,4 +13,5 @@ figure1_from_files(
     example_metrics_path=snakemake.input.example_metrics,
     variant=snakemake.params.variant,
     dataset=snakemake.params.dataset,
+    labels=snakemake.params.labels,
 )

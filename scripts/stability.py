@@ -1,11 +1,16 @@
-"""Snakemake adapter: metrics Parquet files -> results/stability/table1.json + one SVG per column."""
+"""Snakemake adapter: metrics Parquet files -> the stability JSON + one SVG per column.
 
-import sys
+Its warnings (fewer than 30 shared items, degenerate cells left out, skipped columns) go to
+the log and, through log_to_file, to the console, where the user running the workflow sees them.
+"""
 
-sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 - injected by Snakemake
+import logging
 
-from presdep.report.stability_io import write_table1_stability  # noqa: E402
+from presdep.report.stability_io import write_table1_stability
+from presdep.runtime.logs import log_to_file
 
+log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
+log = logging.getLogger("presdep.stability")
 result = write_table1_stability(
     list(snakemake.input.metrics),  # noqa: F821
     snakemake.output.json,  # noqa: F821
@@ -15,6 +20,6 @@ result = write_table1_stability(
 )
 for column, res in result["columns"].items():
     for warning in res["warnings"]:
-        print(f"{column}: warning: {warning}", file=sys.stderr)
+        log.warning("%s: %s", column, warning)
 for column, reason in result["skipped"].items():
-    print(f"{column}: skipped: {reason}", file=sys.stderr)
+    log.warning("%s: skipped: %s", column, reason)

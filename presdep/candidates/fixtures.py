@@ -94,6 +94,23 @@ def check_candidates(cands: pl.DataFrame, where: str) -> pl.DataFrame:
     return cands.sort(["query_id", "first_stage_rank"])
 
 
+def cut_to_depth(cands: pl.DataFrame, k_input: int | None, where: str) -> tuple[pl.DataFrame, dict]:
+    """Each query's ``k_input`` best first-stage ranks (all when None), and what the cut did
+    (for the metadata: k_input, candidates per query before and after, queries short of k)."""
+    before = cands.group_by("query_id").len()["len"]
+    if k_input is not None:
+        cands = (cands.sort("query_id", "first_stage_rank")
+                 .filter(pl.int_range(pl.len()).over("query_id") < k_input))
+    after = cands.group_by("query_id").len()["len"]
+    short = int((after < k_input).sum()) if k_input is not None else 0
+    if short:
+        log.warning("%s: %d of %d queries have fewer than k_input = %d candidates (as few as %d); they are scored "
+                    "with what they have", where, short, after.len(), k_input, int(after.min()))
+    depth = {"k_input": k_input, "before": {"min": int(before.min()), "max": int(before.max())},
+             "after": {"min": int(after.min()), "max": int(after.max())}, "queries_short": short}
+    return cands, depth
+
+
 QUERY_SUBSET_RULE = "seeded_sample"
 
 
@@ -140,6 +157,7 @@ def build_fixture(
         cands = check_candidates(cands, where)
     else:
         cands = check_candidates(load_candidates(source, first_stage), where)
+    cands, depth = cut_to_depth(cands, ds_config.get("k_input"), where)
     population = None
     plist = QueryList.from_spec(ds_config.get("population_queries"), where=f"datasets.{dataset}.population_queries")
     if plist is not None:
@@ -195,7 +213,8 @@ def build_fixture(
     if qrels.height == 0:
         raise InputFormatError(qrels_path, "whole file", f"no judgement matches a query of dataset {dataset!r}")
     meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged),
-            "query_subset": subset, "shuffle_queries": shuffle_list, "population_queries": population}
+            "query_subset": subset, "shuffle_queries": shuffle_list, "population_queries": population,
+            "depth": depth}
     write_table(cands, out_candidates, "candidates", params, **meta)
     write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)
     if out_gold is not None:

@@ -187,9 +187,27 @@ def _check_references(config: Mapping[str, Any]) -> None:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
 
 
+FIRST_STAGE_VARIANT = "first_stage"
+FIRST_STAGE_LABEL = "First stage (identity)"
+
+
+def with_first_stage_row(config: Mapping[str, Any]) -> dict:
+    """``config`` with the identity scorer's row first among its variants (``first_stage_row``)."""
+    variants = dict(config.get("variants") or {})
+    if FIRST_STAGE_VARIANT in variants:
+        raise ConfigError(f"variants.{FIRST_STAGE_VARIANT}: the name first_stage_row gives the first-stage row is "
+                          "taken by a variant that does not use the identity scorer; rename it, or set "
+                          "first_stage_row: false")
+    row = {FIRST_STAGE_VARIANT: {"label": FIRST_STAGE_LABEL, "scorer": "identity"}}
+    return {**config, "variants": {**row, **variants}}
+
+
 def load_workflow_config(config: Mapping[str, Any], schema_path: str | Path) -> tuple[dict, WorkflowConfig]:
     """Expand catalogue datasets, validate (filling defaults) and build the records: (filled plain dict, records)."""
-    filled = validate_config(expand_catalogue(config), schema_path)
+    expanded = expand_catalogue(config)
+    filled = validate_config(expanded, schema_path)
+    if filled["first_stage_row"] and not any(v.get("scorer") == "identity" for v in filled["variants"].values()):
+        filled = validate_config(with_first_stage_row(expanded), schema_path)
     records = WorkflowConfig.from_validated(filled)
     check_path_kinds(records.datasets)  # a directory where a file is read (or the reverse) fails here, not in its job
     return filled, records

@@ -173,9 +173,10 @@ class Dataset:
             raise InvalidInput(f"dataset {name!r}: role {spec.get('role')!r} not in {DATASET_ROLES}")
         if not isinstance(spec.get("candidates"), Mapping) or "format" not in spec["candidates"]:
             raise InvalidInput(f"dataset {name!r}: needs a candidates source with a format")
-        mq = spec.get("max_queries")
-        if mq is not None and (not _is_int(mq) or mq < 1):
-            raise InvalidInput(f"dataset {name!r}: max_queries must be an integer >= 1, got {mq!r}")
+        for key in ("max_queries", "k_input"):
+            value = spec.get(key)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise InvalidInput(f"dataset {name!r}: {key} must be an integer >= 1, got {value!r}")
         return cls.from_spec(name, spec, protocol)
 
     @property
@@ -496,6 +497,11 @@ class WorkflowConfig:
     @property
     def figure1(self) -> Mapping[str, Any] | None:
         return self.raw.get("figure1")
+
+    @property
+    def name(self) -> str | None:
+        """The config's own output folder under results/ (None: results/ itself)."""
+        return self.raw.get("name")
 
     @property
     def eval_datasets(self) -> list[str]:

@@ -34,7 +34,7 @@ from presdep.contracts.views import (
     decision_presentations,
     first_stage_pass,
 )
-from presdep.metrics import instability, quality
+from presdep.metrics import instability, position, quality
 from presdep.metrics.blocks import Block, build_blocks
 from presdep.metrics.bsc import curve_rows
 from presdep.metrics.qa_rows import add_answer_rows, add_gold_slot_rows
@@ -122,15 +122,15 @@ def compute_metrics(
     ensemble 0's BSC scores): rerank ndcg@10, ndcg@5, map, mrr; qa ndcg@10, recall@2,
     recall@5; response ndcg@1, ndcg@10, mrr. Every other perturbation (its decision
     presentations, presdep.contracts.views) gets ndcg{k}_shuffle_mean/worst/best, tau_psi (the
-    paper's: strict rankings, ties by presented position, tau-a) and tau_psi_b (tau-b
-    on raw scores), and per task:
+    paper's: strict rankings, ties by presented position, tau-a), tau_psi_b (tau-b
+    on raw scores) and tie_rate (share of tied document pairs, see tie_rate), and per task:
 
     * rerank, on the test half of ``thresholds`` at its frozen t_star: jaccard,
       set_flip, retained_size, precision, recall, f1, retention, canonical_precision,
       canonical_recall, canonical_f1, canonical_retention, score_variance,
       matched_jaccard, matched_set_flip; zeng_psi / zeng_psi_corpus; aggregate rows
-      t_star and warn_* (degenerate threshold). ``thresholds`` None: tuned here by
-      presdep.metrics.thresholds (the CLI path; the workflow passes its artifact).
+      t_star and warn_* (degenerate decisions: rerank_rows.DEGENERATE_FLAGS). ``thresholds``
+      None: tuned here by presdep.metrics.thresholds (the CLI path; the workflow passes its artifact).
     * qa: gold_in_top{reader_k}, gold_slot_mean, gold_slot_var; with ``answers``:
       answer_flip, and with ``gold``: em and f1 (canonical, presentation 0), em_mean,
       f1_mean (over presentations).
@@ -152,6 +152,7 @@ def compute_metrics(
             _decision_rows(rows, pert, blocks[pert], qrels_d, task=task, threshold=threshold, reader_k=reader_k,
                            zeng=zeng and bsc_k == 1)
     _noise_rows(rows, scores)
+    _position_rows(rows, scores, qrels_d)
     if threshold is not None:
         add_threshold_rows(rows, threshold.artifact, blocks.get(RANDOM_SHUFFLE, []), qrels_d, threshold.test_queries)
     rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
@@ -229,6 +230,7 @@ def _decision_rows(rows: MetricRows, pert: str, bl: Sequence[Block], qrels_d: Ma
     strict = [quality.presented_ranks(b.scores, b.positions) for b in bl]
     rows.per_query(pert, "tau_psi", qids, instability.tau_psi_many(strict))
     rows.per_query(pert, "tau_psi_b", qids, instability.tau_psi_many([b.scores for b in bl]))
+    rows.per_query(pert, "tie_rate", qids, [tie_rate(b.scores) for b in bl])
     if task == "rerank":
         assert threshold is not None
         add_retained_set_rows(rows, pert, [b for b in bl if b.query_id in threshold.test_queries], qrels_d,
@@ -239,6 +241,43 @@ def _decision_rows(rows: MetricRows, pert: str, bl: Sequence[Block], qrels_d: Ma
         add_gold_slot_rows(rows, pert, bl, qrels_d, reader_k)
     else:
         add_response_rows(rows, pert, bl, qrels_d)
+
+
+def tie_rate(scores: np.ndarray) -> float:
+    """Share of tied document pairs of one query's (M, n) presentations: per presentation, the pairs
+    with exactly equal scores out of n(n-1)/2, mean over presentations; NaN for n < 2 (no pair).
+    These pairs are the ones tau-PSI (tau-a) orders by presented position (docs/methods/tau-psi.md)."""
+    m, n = np.shape(scores)
+    if n < 2 or m == 0:
+        return math.nan
+    tied = [sum(c * (c - 1) // 2 for c in np.unique(row, return_counts=True)[1]) for row in np.asarray(scores)]
+    return float(np.mean(tied)) / (n * (n - 1) / 2)
+
+
+def _position_rows(rows: MetricRows, scores: pl.DataFrame, qrels_d: Mapping) -> None:
+    """Where the scores come from (presdep.metrics.position), on the raw single-pass shuffles (BSC's
+    too, before averaging): per query the slot and grade Spearmans and the variance shares; the
+    slot profile as aggregate rows ``slot_mean_sNN``, ``slot_centred_mean_sNN`` and their
+    ``*_ci95_sNN`` half-widths."""
+    shuffles = scores.filter(pl.col("perturbation") == RANDOM_SHUFFLE)
+    if shuffles.height == 0 or "slot" not in shuffles.columns:
+        return
+    cols = shuffles.select("query_id", "doc_id", "presentation", "slot", "score").to_dict(as_series=False)
+    blocks = [b for b in position.query_blocks(cols, qrels_d) if b[1].shape[0] >= 2]
+    if not blocks:
+        return
+    qids = [q for q, *_ in blocks]
+    rows.per_query(RANDOM_SHUFFLE, "spearman_slot_score", qids,
+                   [position.slot_score_spearman(sc, sl) for _, sc, sl, _ in blocks])
+    rows.per_query(RANDOM_SHUFFLE, "spearman_score_grade", qids,
+                   [position.score_grade_spearman(sc, g) for _, sc, _, g in blocks])
+    shares = [position.variance_shares(sc, sl) for _, sc, sl, _ in blocks]
+    for i, part in enumerate(("doc", "slot", "residual")):
+        rows.per_query(RANDOM_SHUFFLE, f"var_share_{part}", qids, [s[i] for s in shares])
+    profile = position.slot_profile([(sc, sl) for _, sc, sl, _ in blocks])
+    for j, slot in enumerate(profile["slot"]):
+        for key in ("mean", "ci95", "centred_mean", "centred_ci95"):
+            rows.add(RANDOM_SHUFFLE, None, f"slot_{key}_s{int(slot):02d}", profile[key][j])
 
 
 def _noise_rows(rows: MetricRows, scores: pl.DataFrame) -> None:

@@ -1,13 +1,16 @@
 """Figure 1: equal ranking quality, different decisions.
 
 (a) One test-half query, the same candidates in two decision presentations
-    (random shuffles; BSC ensembles for a BSC run) whose nDCG@10 is equal (or
-    nearest to equal): each column lists the output ranking (ties by presented
-    position), filled boxes are retained by the frozen threshold t*, red outlines
-    mark docs retained in one presentation but not the other.
-(b) Each variant as a point: nDCG@10 of the first-stage pass (the quality cell)
-    against retained-set Jaccard between random shuffles (aggregate rows; mean
-    over datasets within a seed, then over seeds).
+    (random shuffles; BSC ensembles for a BSC run) that keep different sets at t*
+    with nDCG@10 as near equal as such pairs allow (the rule: :func:`pick_example`):
+    each column lists the output ranking (ties by presented position), filled boxes
+    are retained by the frozen threshold t*, red outlines mark docs retained in one
+    presentation but not the other.
+(b) Each variant as a point, named by its Table 1 label: nDCG@10 of the first-stage
+    pass (the quality cell) against retained-set Jaccard between random shuffles
+    (aggregate rows; mean over datasets within a seed, then over seeds). A variant whose
+    Jaccard is degenerate (a flag of presdep.metrics.rerank_rows.DEGENERATE_FLAGS raised on
+    any of its datasets) is drawn hollow and marked "degenerate".
 
 Every number an earlier stage stored is read, not recomputed: t* and the test half
 from the run's threshold artifact (checked against the ``t_star`` row of the run's
@@ -48,6 +51,7 @@ from presdep.contracts.views import decision_presentations
 from presdep.metrics.compute import build_blocks
 from presdep.metrics.decisions import pair_stats, retained
 from presdep.metrics.quality import evaluate_presentations, presented_order, qrels_to_dict
+from presdep.metrics.rerank_rows import raised_flags
 from presdep.metrics.thresholds import read_thresholds
 
 PERTURBATION = "random_shuffle"
@@ -113,11 +117,16 @@ def pick_example(
     scores: pl.DataFrame, qrels: pl.DataFrame, threshold: float, k: int = 10,
     queries: set[str] | None = None,
 ) -> ExamplePair:
-    """The pair of random-shuffle presentations (over all queries) with nDCG@k equal within
-    1e-9 and the largest retained-set disagreement (pairs at nDCG 0 only as a last resort);
-    if no pair is equal, the pair with the smallest nDCG difference (then the largest
-    disagreement). Remaining ties: first query id, first pair. ``queries``: only these
-    (the test half of the threshold split)."""
+    """The pair of random-shuffle presentations (over all queries) to show, by this rule, in order:
+
+    1. the two presentations keep different sets at t* (Jaccard < 1): the figure shows
+       different decisions;
+    2. neither has nDCG@k 0 (a pair that ranks nothing relevant shows nothing about quality);
+    3. the smallest nDCG@k difference (within 1e-9 counts as equal);
+    4. the largest retained-set disagreement (smallest Jaccard).
+
+    A pair failing 1 or 2 is chosen only when no query has a better one. Remaining ties:
+    first query id, first pair. ``queries``: only these (the test half of the threshold split)."""
     if "perturbation" not in scores.columns:
         scores = scores.with_columns(pl.lit(PERTURBATION).alias("perturbation"))
     blocks = build_blocks(scores).get(PERTURBATION, [])
@@ -138,10 +147,9 @@ def pick_example(
         for i, j in itertools.combinations(range(b.scores.shape[0]), 2):
             diff = abs(ndcg[b.query_id][i] - ndcg[b.query_id][j])
             jac, _ = pair_stats(kept[[i, j]])
-            equal = diff < _EQUAL
-            # smaller is better; an equal pair at nDCG 0 shows nothing about quality, so it
-            # only wins when no equal pair with nDCG > 0 exists
-            key = (0.0 if equal else diff, equal and ndcg[b.query_id][i] == 0, jac)
+            # smaller is better, item by item of the docstring's rule
+            key = (jac >= 1.0, min(ndcg[b.query_id][i], ndcg[b.query_id][j]) == 0,
+                   0.0 if diff < _EQUAL else diff, jac)
             if best_key is None or key < best_key:
                 best_key = key
                 best = ExamplePair(b.query_id, int(b.presentations[i]), int(b.presentations[j]),
@@ -289,7 +297,7 @@ def _draw_pair(ax, ex: ExamplePair, grades: dict[str, int], max_ranks: int, k: i
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=7, frameon=False)
 
 
-def _draw_variants(ax, points: pl.DataFrame, k: int) -> None:
+def _draw_variants(ax, points: pl.DataFrame, k: int, degenerate: frozenset[str] = frozenset()) -> None:
     ax.set_title("(b) Variants: ranking quality vs decision stability\n(random shuffles, mean over datasets)",
                  fontsize=10)
     ax.set_xlabel(f"nDCG@{k} (higher = better ranking)")
@@ -300,9 +308,14 @@ def _draw_variants(ax, points: pl.DataFrame, k: int) -> None:
     x = points["ndcg"].to_numpy()
     y = points["jaccard"].to_numpy()
     colours = matplotlib.colormaps["tab10"]
-    for i, (v, xi, yi) in enumerate(zip(points["variant"].to_list(), x, y)):
-        ax.scatter([xi], [yi], s=45, color=colours(i % 10), zorder=3, label=v)
-        ax.annotate(v, (xi, yi), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    labels = points["label"].to_list() if "label" in points.columns else points["variant"].to_list()
+    for i, (v, name, xi, yi) in enumerate(zip(points["variant"].to_list(), labels, x, y)):
+        flagged = v in degenerate
+        text = f"{name} (degenerate)" if flagged else name
+        paint = ({"facecolors": "none", "edgecolors": colours(i % 10), "linewidths": 1.5} if flagged
+                 else {"color": colours(i % 10)})
+        ax.scatter([xi], [yi], s=45, zorder=3, label=text, **paint)
+        ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(5, 4), fontsize=7)
     pad_x = max(0.01, 0.1 * (x.max() - x.min()))
     pad_y = max(0.02, 0.1 * (y.max() - y.min()))
     ax.set_xlim(x.min() - pad_x, x.max() + pad_x)
@@ -322,6 +335,7 @@ def figure1(
     task: str = "rerank",
     k: int = 10,
     max_ranks: int = 30,
+    labels: Mapping[str, str] | None = None,
 ) -> ExamplePair:
     """Draw Figure 1 (see module doc) to ``out_svg`` and ``out_png``; returns the chosen example.
 
@@ -338,7 +352,10 @@ def figure1(
     FigureCanvasAgg(fig)
     ax_a, ax_b = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     _draw_pair(ax_a, ex, grades, max_ranks, k)
-    _draw_variants(ax_b, variant_points(metrics, task, k), k)
+    points = variant_points(metrics, task, k).with_columns(
+        pl.col("variant").replace_strict(dict(labels or {}), default=pl.col("variant")).alias("label"))
+    degenerate = frozenset(raised_flags(metrics).filter(pl.col("task") == task)["variant"].to_list())
+    _draw_variants(ax_b, points, k, degenerate)
     fig.suptitle("Equal ranking quality does not mean equal decisions", fontsize=12)
     fig.subplots_adjust(left=0.08, right=0.97, top=0.86, bottom=0.12, wspace=0.3)
     with matplotlib.rc_context({"svg.hashsalt": "presdep-figure1"}):
@@ -360,13 +377,14 @@ def figure1_from_files(
     example_metrics_path: str | Path,
     variant: str,
     dataset: str,
+    labels: Mapping[str, str] | None = None,
 ) -> ExamplePair:
     """The workflow's entry point. ``variant`` is a scoring run key (``off_the_shelf`` or a
     trained run such as ``oc_sft/seed42``); its example comes from that run's scores file
     (``scores_path``), among the test-half queries, at the t* of that run's threshold
     artifact (``thresholds_path``), with its Jaccard from that run's metrics file
     (``example_metrics_path``). The variant points come from every metrics file (which
-    store the variant name)."""
+    store the variant name), shown by their Table 1 ``labels`` (variant -> label)."""
     thr = read_thresholds(thresholds_path)
     metrics = pl.concat([read_table(p, "metrics") for p in metrics_paths], how="vertical")
     example = read_table(example_metrics_path, "metrics").filter(pl.col("dataset") == dataset)
@@ -379,4 +397,5 @@ def figure1_from_files(
     view = decision_presentations(
         read_table(scores_path, "scores"), bsc_k=int(thr.get("bsc_k") or 1), ensembles=int(thr.get("bsc_ensembles") or 4)
     )
-    return figure1(metrics, view, read_table(qrels_path, "qrels"), stored, Path(out_svg), Path(out_png), task=task)
+    return figure1(metrics, view, read_table(qrels_path, "qrels"), stored, Path(out_svg), Path(out_png), task=task,
+                   labels=labels)

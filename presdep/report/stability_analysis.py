@@ -19,6 +19,11 @@ Method (docs/methods/stability.md):
 * Ranks: 1 = best; lower-is-better columns rank ascending. Ties (values equal to
   12 decimals, so that float noise does not break exact ties) get average ranks and
   split ``probabilityFirst``.
+* Degenerate cells: a variant whose cell of the column has a degenerate-decision flag
+  raised (the metrics' aggregate ``warn_*`` rows of presdep.metrics.rerank_rows.DEGENERATE_FLAGS,
+  for the columns of its DEGENERATE_METRICS: Jacc.) on any dataset or seed is left out of
+  that column's ranking, intervals, P(first) and pairwise comparisons, and listed under
+  ``flagged`` with its reasons; a column whose every variant is flagged is ``skipped``.
 
 JSON layout (``results/stability/table1.json``, written by
 presdep.report.stability_io.write_stability_json)::
@@ -62,10 +67,12 @@ presdep.report.stability_io.write_stability_json)::
               "rankRange": {variant: [min rank, max rank]},
               "rankSpread": {variant: max - min}},
           "promptSensitivityReason": str | null,
-          "warnings": [str]
-        }
+          "warnings": [str],
+          "flagged": {variant: [reason]}    # left out of everything above: degenerate cell,
+        }                                   # reason "dataset[seed s]: t* keeps every candidate"
       },
-      "skipped": {"<column>": "reason"}    # Table 1 columns without per-query rows
+      "skipped": {"<column>": "reason"},   # no per-query rows, or every variant flagged
+      "flagged": {"<column>": {variant: [reason]}}   # every column with a flagged variant
     }
 """
 from __future__ import annotations
@@ -79,6 +86,7 @@ import polars as pl
 from presdep import __version__
 from presdep.contracts.columns import TABLE1_COLUMNS
 from presdep.contracts.errors import StabilityError
+from presdep.metrics.rerank_rows import DEGENERATE_FLAGS, DEGENERATE_METRICS, flag_place, raised_flags
 from presdep.report.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -358,6 +366,36 @@ def paired_bootstrap(
 # ------------------------------------------------------------------------ Table 1
 
 
+def column_flags(metrics: pl.DataFrame, column: str) -> dict[str, list[str]]:
+    """variant -> reasons ("dataset[seed s]: t* keeps every candidate") of every degenerate-decision
+    flag raised for its cell of ``column`` in the metrics' aggregate warn_* rows; {} for a column
+    no flag concerns."""
+    spec = TABLE1_COLUMNS[column]
+    if spec.metric not in DEGENERATE_METRICS or "metric" not in metrics.columns:
+        return {}
+    out: dict[str, list[str]] = {}
+    for r in raised_flags(metrics).filter(pl.col("task") == spec.task).iter_rows(named=True):
+        reason = f"{flag_place(r['dataset'], r['seed'])}: {DEGENERATE_FLAGS[r['metric']]}"
+        out.setdefault(r["variant"], []).append(reason)
+    return out
+
+
+def _flagged_in(values: pl.DataFrame, flags: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    present = set(values["variant"].unique().to_list())
+    return {v: list(r) for v, r in sorted(flags.items()) if v in present}
+
+
+def _all_flagged_reason(flagged: Mapping[str, list[str]]) -> str:
+    return ("every variant's cell is degenerate, nothing to rank: "
+            + "; ".join(f"{v} ({', '.join(r)})" for v, r in flagged.items()))
+
+
+def _nothing_left(values: pl.DataFrame, flagged: Mapping[str, list[str]]) -> bool:
+    """Whether leaving the flagged variants out leaves no value to rank (other variants all null)."""
+    rest = values.filter(~pl.col("variant").is_in(list(flagged)) & pl.col("value").is_not_null())
+    return bool(flagged) and rest.height == 0
+
+
 def analyse_column(
     metrics: pl.DataFrame,
     column: str,
@@ -367,17 +405,26 @@ def analyse_column(
     per_presentation: pl.DataFrame | None = None,
     where: str = "metrics",
 ) -> dict[str, Any]:
-    """Bootstrap one Table 1 column of a (concatenated) metrics table."""
+    """Bootstrap one Table 1 column of a (concatenated) metrics table; variants with a degenerate
+    cell (column_flags) are left out of the ranking and listed under ``flagged``."""
     values = column_values(metrics, column, where)  # validates the column name
     spec = TABLE1_COLUMNS[column]
+    flagged = _flagged_in(values, column_flags(metrics, column))
+    ranked = values.filter(~pl.col("variant").is_in(list(flagged)))
+    if _nothing_left(values, flagged):
+        raise StabilityError(f"{where}, column {column}: {_all_flagged_reason(flagged)}")
     res = paired_bootstrap(
-        values,
+        ranked,
         lower_is_better=spec.direction == "lower",
         resamples=resamples,
         seed=seed,
         per_presentation=per_presentation,
         where=f"{where}, column {column}",
     )
+    if flagged:
+        res["warnings"].insert(0, f"variant(s) {list(flagged)} left out of the ranking and P(first): "
+                                  "degenerate cell (see flagged)")
+    res["flagged"] = flagged
     head = {"column": column, "task": spec.task, "metric": spec.metric,
             "perturbation": spec.perturbation, "direction": spec.direction}
     return {**head, **res}
@@ -392,8 +439,9 @@ def analyse_table1(
     columns: Iterable[str] | None = None,
     where: str = "metrics",
 ) -> dict[str, Any]:
-    """Every Table 1 column with per-query rows; the others are listed under ``skipped``."""
-    out: dict[str, Any] = {"presdepVersion": __version__, "columns": {}, "skipped": {}}
+    """Every Table 1 column with per-query rows; the others, and those whose every variant has a
+    degenerate cell, are listed under ``skipped``; ``flagged`` lists the degenerate cells."""
+    out: dict[str, Any] = {"presdepVersion": __version__, "columns": {}, "skipped": {}, "flagged": {}}
     per_presentation = per_presentation or {}
     for column in columns or TABLE1_COLUMNS:
         vals = column_values(metrics, column, where)
@@ -403,6 +451,12 @@ def analyse_table1(
                 f"no per-query rows with task={spec.task!r}, metric={spec.metric!r}, "
                 f"perturbation={spec.perturbation!r}"
             )
+            continue
+        flagged = _flagged_in(vals, column_flags(metrics, column))
+        if flagged:
+            out["flagged"][column] = flagged
+        if _nothing_left(vals, flagged):
+            out["skipped"][column] = _all_flagged_reason(flagged)
             continue
         out["columns"][column] = analyse_column(
             metrics, column, resamples=resamples, seed=seed,

@@ -99,13 +99,15 @@ def _summary(label: str, res: dict) -> str:
     lines = [f"{label} ({res['direction']} is better): {res['sharedItems']} shared items, "
              f"{res['resamples']} resamples, seed {res['seed']}, mean Kendall tau-b "
              f"{'n/a' if res['meanKendallTau'] is None else format(res['meanKendallTau'], '.3f')}"]
-    width = max(len(v) for v in res["variants"])
+    width = max(len(v) for v in [*res["variants"], *(res.get("flagged") or {})])
     lines.append(f"{'variant':<{width}}  rank  95% rank   mean    95% interval       P(first)")
     for v in res["variants"]:
         lo, hi = res["meanInterval95"][v]
         rlo, rhi = res["rankInterval95"][v]
         lines.append(f"{v:<{width}}  {res['rank'][v]:4g}  [{rlo:g}, {rhi:g}]  {res['mean'][v]:.4f}  "
                      f"[{lo:.4f}, {hi:.4f}]  {res['probabilityFirst'][v]:.3f}")
+    for v, reasons in (res.get("flagged") or {}).items():
+        lines.append(f"{v:<{width}}  left out (degenerate cell, not ranked): {'; '.join(reasons)}")
     ps = res.get("promptSensitivity")
     if ps:
         lines.append(f"rank per prompt variant ({', '.join(ps['promptVariants'])}):")

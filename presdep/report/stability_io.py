@@ -55,7 +55,7 @@ def analyse_reports(
                            where="reports")
     head = {"column": label, "task": None, "metric": None, "perturbation": None,
             "direction": "lower" if lower else "higher"}
-    return {**head, **res}
+    return {**head, **res, "flagged": {}}  # run reports carry no degenerate-decision flags
 
 
 def write_stability_json(result: Mapping[str, Any], path: str | os.PathLike) -> Path:

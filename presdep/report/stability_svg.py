@@ -29,6 +29,8 @@ from presdep.contracts.schemas import write_text_atomic
 
 WIDTH_PX, HEIGHT_PX = 1200, 630
 _DPI = 100
+MAX_FOOTER_LINES = 5  # lines of 0.025 figure height fit under the axes (they start at 0.16)
+_FOOTER_CHARS = 200  # about the figure's width at font size 8
 
 
 def _fmt(x: float | None) -> str:
@@ -87,9 +89,21 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None) -> Fig
         f"mean Kendall tau-b {_fmt(result['meanKendallTau'])}",
     ] if x)
     fig.text(0.5, 0.905, sub, ha="center", fontsize=10)
-    for i, w in enumerate(result.get("warnings") or []):
-        fig.text(0.01, 0.012 + 0.025 * i, "warning: " + w, fontsize=8, color="#8b0000")
+    for i, line in enumerate(_footer_lines(result)):
+        fig.text(0.01, 0.012 + 0.025 * i, line, fontsize=8, color="#8b0000")
     return fig
+
+
+def _footer_lines(result: Mapping[str, Any]) -> list[str]:
+    """The lines under the plot, bottom up: the variants left out as degenerate (never drawn as
+    ranked), then the warnings; at most MAX_FOOTER_LINES, the rest counted on the last one."""
+    lines = [f"left out, degenerate cell (not ranked): {v}: {'; '.join(r)}"
+             for v, r in (result.get("flagged") or {}).items()]
+    lines += ["warning: " + w for w in result.get("warnings") or []]
+    lines = [ln if len(ln) <= _FOOTER_CHARS else ln[:_FOOTER_CHARS - 3] + "..." for ln in lines]
+    if len(lines) > MAX_FOOTER_LINES:
+        lines = lines[:MAX_FOOTER_LINES - 1] + [f"... and {len(lines) - MAX_FOOTER_LINES + 1} more (see the JSON)"]
+    return lines
 
 
 def render_stability_svg(result: Mapping[str, Any], title: str | None = None) -> str:

@@ -4,9 +4,9 @@ Each cell = mean over datasets of the per-dataset means over queries (within a
 training seed), then the mean over seeds (trained rows). Besides the nine
 headline columns the CSV carries the tie-aware ``*_tau_psi_b`` columns; the
 counts file says, per cell, where it comes from, how many queries, datasets and
-seeds it averages, the scoring passes per query it cost, and any
-degenerate-threshold warning. ``results/bsc_curve.csv`` (its own rule, ``bsc_curve``)
-holds BSC's K-curve.
+seeds it averages, the scoring passes per query it cost, the tie rate of tau-PSI
+cells, and any degenerate-decision warning (named in table1.md's note and logged).
+``results/bsc_curve.csv`` (its own rule, ``bsc_curve``) holds BSC's K-curve.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ from presdep.config.records import Variant
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_text_atomic
+from presdep.metrics.rerank_rows import (
+    COUNTED_WARNINGS,
+    DEGENERATE_FLAGS,
+    DEGENERATE_METRICS,
+    flag_place,
+    raised_flags,
+)
+from presdep.report import diagnosis
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +63,10 @@ SOURCES = {
     "qa_tau_psi_b": _TAU_B,
     "resp_tau_psi_b": _TAU_B,
 }
-_WARNINGS = {
-    "warn_threshold_keeps_all": "t* keeps every candidate",
-    "warn_threshold_keeps_none": "t* keeps no candidate",
-    "warn_single_presentation": "queries with fewer than two presentations",
-    "warn_queries_without_relevant": "queries without a relevant document in the pool",
-}
+# The counts file's `warnings`, in this order: the degenerate-decision flags (keeps every / no
+# candidate, t* at the grid's edge, mean retention above 0.90 / below 0.10, fewer than 10 test
+# queries; presdep.metrics.rerank_rows states each threshold), then the counted ones (with their count).
+_WARNINGS = {**DEGENERATE_FLAGS, **COUNTED_WARNINGS}
 
 
 def load_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -128,10 +134,34 @@ def threshold_warnings(metrics: pl.DataFrame, variant: str, task: str) -> str:
     for metric, text in _WARNINGS.items():
         hit = _aggregate(metrics, variant, task, metric).filter(pl.col("value") > 0).sort("dataset", "seed")
         for r in hit.iter_rows(named=True):
-            where = r["dataset"] + ("" if r["seed"] is None else f"[seed {r['seed']}]")
-            count = "" if metric.startswith("warn_threshold") else f" ({int(r['value'])})"
-            out.append(f"{where}: {text}{count}")
+            count = f" ({int(r['value'])})" if metric in COUNTED_WARNINGS else ""
+            out.append(f"{flag_place(r['dataset'], r['seed'])}: {text}{count}")
     return "; ".join(out)
+
+
+def degenerate_reasons(metrics: pl.DataFrame, variant: str, column: str) -> list[tuple[str, str, int | None]]:
+    """(reason, dataset, seed) of every degenerate-decision flag raised for this cell
+    (DEGENERATE_FLAGS); only cells of a DEGENERATE_METRICS metric (the retained-set decision at
+    t*) can have any."""
+    spec = ALL_COLUMNS[column]
+    if spec.metric not in DEGENERATE_METRICS:
+        return []
+    hit = raised_flags(metrics).filter((pl.col("variant") == variant) & (pl.col("task") == spec.task))
+    return [(DEGENERATE_FLAGS[r["metric"]], r["dataset"], r["seed"]) for r in hit.iter_rows(named=True)]
+
+
+def degenerate_note(column: str, reasons: Sequence[tuple[str, str, int | None]]) -> str:
+    """The note of a degenerate cell, e.g. 'Jacc. degenerate: t* keeps every candidate (dl19)';
+    datasets only (the counts file's warnings name the seeds); '' when nothing was raised."""
+    by_reason: dict[str, list[str]] = {}
+    for reason, dataset, _ in reasons:
+        places = by_reason.setdefault(reason, [])
+        if dataset not in places:
+            places.append(dataset)
+    order = list(DEGENERATE_FLAGS.values())
+    parts = [f"{reason} ({', '.join(sorted(places))})"
+             for reason, places in sorted(by_reason.items(), key=lambda kv: order.index(kv[0]))]
+    return f"{COLUMN_TITLES.get(column, column)} degenerate: " + "; ".join(parts) if parts else ""
 
 
 # A scorer whose capability record says integer_grades ties so often that a ranking's order is
@@ -177,40 +207,108 @@ def merge_rows_by_label(rows: Sequence[dict]) -> list[dict]:
 # that arithmetic alone gives when the identical presentation is read in other batches.
 _NOISE_COLUMNS = {column: Table1Column(spec.task, "tau_psi_noise", spec.perturbation, spec.direction)
                   for column, spec in ALL_COLUMNS.items() if spec.metric == "tau_psi"}
+# Beside each tau-PSI cell (tau-a and tau-b): the same cell of tie_rate, the share of tied document
+# pairs per presentation (presdep.metrics.compute.tie_rate), the pairs tau-a orders by position.
+_TIE_COLUMNS = {column: Table1Column(spec.task, "tie_rate", spec.perturbation, spec.direction)
+                for column, spec in ALL_COLUMNS.items() if spec.metric in ("tau_psi", "tau_psi_b")}
+# Each headline tau-PSI column and its tau-b column (shown beside it in table1.md when it ties).
+_TAU_B_OF = {column: b for column, spec in TABLE1_COLUMNS.items() if spec.metric == "tau_psi"
+             for b, sb in EXTRA_COLUMNS.items() if sb.task == spec.task and sb.metric == "tau_psi_b"}
+
+
+def _tie_notes(name: str, variant: Variant, row: Mapping, tie: Mapping[str, float | None]) -> list[str]:
+    """The row's note on ties (tau-b beside tau-a in table1.md) and the WARNING for a scorer that
+    declares order_invariant yet has tau-PSI > 0 from tied scores broken by presented position."""
+    tied = {c: r for c, r in tie.items() if c in _TAU_B_OF and row.get(c) is not None and r is not None and r > 0}
+    notes = []
+    for c, r in tied.items():
+        notes.append(f"{COLUMN_TITLES[c]}: {r:.3g} of document pairs tie, tau-a orders them by presented position; "
+                     "tau-b beside it")
+    if not variant.capabilities.order_invariant:
+        return notes
+    for column, tau_b_column in _TAU_B_OF.items():
+        tau_a, tau_b = row.get(column), row.get(tau_b_column)
+        if tau_a is not None and tau_a > 0 and ((tau_b is not None and tau_b == 0) or column in tied):
+            log.warning("%s %s: scorer %r declares order_invariant; its tau-PSI > 0 comes from tied scores "
+                        "broken by presented position (tau-PSI %.4g, tau-PSI-b %s, tie rate %s)", name, column,
+                        variant.scorer, tau_a, _fmt(tau_b) or "undefined", _fmt(tie.get(column)) or "n/a")
+            notes.append(f"{COLUMN_TITLES[column]} > 0 although {variant.scorer} declares order_invariant: "
+                         "tied scores broken by position")
+    return notes
+
+
+def _tie_rates_by_label(counts: pl.DataFrame, variants: Mapping[str, Variant]) -> dict[str, dict[str, float]]:
+    """label -> {tau-PSI column: tie rate > 0} from the counts file (rows of table1.md are labels)."""
+    out: dict[str, dict[str, float]] = {}
+    if "tie_rate" not in counts.columns:
+        return out
+    hit = counts.filter(pl.col("column").is_in(list(_TAU_B_OF)) & (pl.col("tie_rate") > 0))
+    for r in hit.iter_rows(named=True):
+        if r["variant"] in variants:
+            out.setdefault(variants[r["variant"]].label, {})[r["column"]] = r["tie_rate"]
+    return out
 
 
 def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(table, counts): one row per configured variant in config order; skipped ones keep their reason."""
     cells = cell_values(metrics)
     noise = cell_values(metrics, _NOISE_COLUMNS)
+    ties = cell_values(metrics, _TIE_COLUMNS)
+    diag = {m: cell_values(metrics, diagnosis.diagnostic_columns(m)) for m in diagnosis.DIAGNOSTICS}
     rows, counts = [], []
     for name, v in variants.items():
         row: dict = {"variant": name}
+        notes: list[str] = []
         for column, spec in ALL_COLUMNS.items():
             hit = cells.filter((pl.col("variant") == name) & (pl.col("column") == column))
             row[column] = float(hit["value"][0]) if hit.height else None
             if hit.height:
-                warn = threshold_warnings(metrics, name, spec.task) if spec.metric == "jaccard" else ""
-                if warn:
-                    log.warning("%s %s: degenerate threshold: %s", name, column, warn)
+                warn = threshold_warnings(metrics, name, spec.task) if spec.metric in DEGENERATE_METRICS else ""
+                degenerate = degenerate_reasons(metrics, name, column)
+                if degenerate:  # on the terminal: the table1 job's warnings reach the console
+                    notes.append(degenerate_note(column, degenerate))
+                    log.warning("%s %s is degenerate: %s", name, column, warn)
+                elif warn:
+                    log.warning("%s %s: %s", name, column, warn)
                 counts.append({"variant": name, "column": column, "metric": spec.metric,
                                "perturbation": spec.perturbation, "better": spec.direction,
                                "queries": int(hit["queries"][0] or 0), "datasets": int(hit["datasets"][0]),
                                "seeds": int(hit["seeds"][0]), "passes_per_query": _passes(metrics, name, spec.task),
                                "tau_psi_noise": _noise_cell(noise, name, column),
+                               "tie_rate": _noise_cell(ties, name, column),
+                               **_diagnostic_counts(diag, name, column, row[column]),
                                "source": SOURCES[column], "warnings": warn})
+                if column in diagnosis.TAU_PSI_COLUMNS and not v.capabilities.integer_grades:
+                    said = diagnosis.meaning(column, row[column],
+                                             {m: _noise_cell(d, name, column) for m, d in diag.items()})
+                    if said:
+                        notes.append(said)
         row["label"] = v.label
         row["note"] = f"skipped: {v.skip}" if v.skip else str(v.spec.get("note", ""))
         if v.capabilities.integer_grades:
             _drop_tau_psi(row)
+        notes += _tie_notes(name, v, row, {c: _noise_cell(ties, name, c) for c in _TAU_B_OF})
+        row["note"] = "; ".join(x for x in (row["note"], *notes) if x)
         rows.append(row)
     schema = {"variant": pl.String, **{c: pl.Float64 for c in ALL_COLUMNS}, "label": pl.String, "note": pl.String}
     table = pl.DataFrame(merge_rows_by_label(rows), schema=schema)
     count_schema = {"variant": pl.String, "column": pl.String, "metric": pl.String, "perturbation": pl.String,
                     "better": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64,
-                    "passes_per_query": pl.Float64, "tau_psi_noise": pl.Float64, "source": pl.String,
-                    "warnings": pl.String}
+                    "passes_per_query": pl.Float64, "tau_psi_noise": pl.Float64, "tie_rate": pl.Float64,
+                    "chance": pl.Float64, "vs_chance": pl.Float64,
+                    **{m: pl.Float64 for m in diagnosis.DIAGNOSTICS},
+                    "source": pl.String, "warnings": pl.String}
     return table, pl.DataFrame(counts, schema=count_schema)
+
+
+def _diagnostic_counts(diag: Mapping[str, pl.DataFrame], variant: str, column: str,
+                       value: float | None) -> dict[str, float | None]:
+    """The counts file's diagnostics of a cell: for a headline tau-PSI cell the chance level, the
+    distance from it and the position diagnostics (docs/methods/position.md); else empty."""
+    if column not in diagnosis.TAU_PSI_COLUMNS:
+        return {"chance": None, "vs_chance": None, **{m: None for m in diag}}
+    return {"chance": diagnosis.CHANCE_TAU_PSI, "vs_chance": diagnosis.vs_chance(value),
+            **{m: _noise_cell(d, variant, column) for m, d in diag.items()}}
 
 
 def _noise_cell(noise: pl.DataFrame, variant: str, column: str) -> float | None:
@@ -244,28 +342,41 @@ def _fmt(value: float | None) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
+def _cell_text(row: Mapping, column: str, tied: Mapping[str, float]) -> str:
+    """A cell's text; a tau-PSI cell of a run with ties (tie rate > 0) shows its tau-b beside it."""
+    text = _fmt(row[column])
+    if text and column in _TAU_B_OF and tied.get(column, 0) > 0:
+        text += f" (tau-b {_fmt(row[_TAU_B_OF[column]]) or 'undefined'})"
+    return text
+
+
 def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
-                skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = ()) -> str:
+                skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = (),
+                tie_rates: Mapping[str, Mapping[str, float]] | None = None) -> str:
     """Table 1 as Markdown: task columns that no variant filled are left out; datasets that
     could not be used here are named with their reason under the table, and so is every
-    non-paper protocol rule the run used (``departures``)."""
+    non-paper protocol rule the run used (``departures``). ``tie_rates`` (label -> {tau-PSI
+    column: tie rate}): those tau-PSI cells show their tau-b beside them."""
     cols = [c for c in (columns or TABLE1_COLUMNS) if table[c].is_not_null().any()]
     header = ["Variant", *[TITLES[c] for c in cols], "Note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.iter_rows(named=True):
-        cells = [row["label"], *[_fmt(row[c]) for c in cols], row["note"] or ""]
+        tied = (tie_rates or {}).get(row["label"], {})
+        cells = [row["label"], *[_cell_text(row, c, tied) for c in cols], row["note"] or ""]
         lines.append("| " + " | ".join(cells) + " |")
     legend = (
         "\nEach cell is the mean over datasets of per-dataset means over queries, then over training "
         "seeds. nDCG columns: one pass over the first-stage order (K = 1; BSC: its BSC scores), "
         "higher is better. tau-PSI (tau-a), the headline: (1 - mean pairwise Kendall tau-a)/2 over "
         "the M random shuffles, each turned into a strict ranking with ties broken by presented "
-        "position, lower is more stable (the tie-aware tau-b form is the CSV's *_tau_psi_b). Jacc.: "
+        "position, lower is more stable (the tie-aware tau-b form is the CSV's *_tau_psi_b, and stands "
+        "beside a cell as (tau-b x) where the run has tied scores). Jacc.: "
         "Jaccard of the retained sets on the test half of the queries at a threshold tuned on the "
         "development half (shuffle 0), higher is more stable. Flips: lower is more stable. Shuffle m is "
         "random.Random(m).shuffle of the first-stage list; on collections with a published query list the "
         "shuffles (and every cell computed from them) run on that list, the first-stage pass on every query. "
-        "results/table1_counts.csv gives each cell's source, counts and warnings.\n"
+        "table1_counts.csv (beside this table) gives each cell's source, counts, warnings and diagnostics; a note naming a "
+        "column as degenerate says its number reflects the decision rule, not the scorer.\n"
     )
     skipped = "".join(f"\nSkipped dataset {name}: {reason}\n" for name, reason in (skipped_datasets or {}).items())
     rules = "".join(f"\nNot the paper's protocol: {d}.\n" for d in departures)
@@ -288,7 +399,8 @@ def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Var
     write_text_atomic(out_csv, table.write_csv(float_precision=6))
     for d in departures:
         log.warning("not the paper's protocol: %s", d)
-    write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets, departures=departures))
+    write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets, departures=departures,
+                                          tie_rates=_tie_rates_by_label(counts, variants)))
     write_text_atomic(out_counts, counts.write_csv())
     return table
 

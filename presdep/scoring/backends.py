@@ -8,6 +8,7 @@ The factories ``make_<name>(variant, protocol)`` are what the registry in
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from presdep.config.records import PromptSettings, ScoringRun, thaw
@@ -118,11 +119,18 @@ class TransformersScorer(PromptScorer):
         self.dtype_reason = dtype_reason
         self.progress = progress
         self.read_cache = None
-        # What the profile reports: prompts asked for, prompts and tokens the model read, and time in forward passes.
+        # What the profile reports: prompts asked for (and how many distinct ones), prompts and
+        # tokens the model read, prompts another job read while this one waited, and time in
+        # forward passes.
         self.prompts_asked = 0
         self.prompts_read = 0
         self.tokens_read = 0
+        self.waited_for_other_job = 0
+        self._distinct: set[str] = set()
         self.forward = Stopwatch()
+        # Called as on_progress(prompts, tokens) per batch read and per prompt answered without
+        # a read (a cache hit, a repeat, another job's read); score_dataset sets it for its bar.
+        self.on_progress: Callable[[int, int], None] | None = None
 
     @property
     def model(self) -> Any:
@@ -190,6 +198,15 @@ class TransformersScorer(PromptScorer):
     def build(self, query: str, docs: Sequence[str]):
         return self.builder.build(query, docs)
 
+    @property
+    def distinct_prompts(self) -> int:
+        """Distinct prompts (token ids and read positions) asked for through :meth:`slot_probs`."""
+        return len(self._distinct)
+
+    def _progress(self, prompts: int, tokens: int = 0) -> None:
+        if self.on_progress is not None and (prompts or tokens):
+            self.on_progress(prompts, tokens)
+
     def read_built(self, built: Sequence[Any]) -> list:
         """The model's P(grade) per slot for built prompts: float64 arrays [n_slots, 4]."""
         import torch
@@ -201,43 +218,89 @@ class TransformersScorer(PromptScorer):
         order = sorted(range(len(built)), key=lambda i: -len(built[i].ids))  # similar lengths together
         out: list = [None] * len(built)
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        with torch.inference_mode(), self.forward:
-            for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
+        for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
+            with torch.inference_mode(), self.forward:
                 ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
                 # Right padding + causal attention: no mask needed (see slot_grade_logits).
                 probs = grade_probs(slot_grade_logits(model, ids, None, reads, self.grade_ids)).cpu().numpy()
-                for row, i in enumerate(idx):
-                    out[i] = probs[row, : len(built[i].read_positions)]
-        self.prompts_read += len(built)
-        self.tokens_read += sum(len(b.ids) for b in built)
+            for row, i in enumerate(idx):
+                out[i] = probs[row, : len(built[i].read_positions)]
+            tokens = sum(len(built[i].ids) for i in idx)
+            self.prompts_read += len(idx)
+            self.tokens_read += tokens
+            self._progress(len(idx), tokens)
         return out
 
     def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list:
-        """P(grade) per slot for each prompt: a list of float64 arrays [n_docs, 4]."""
+        """P(grade) per slot for each prompt: a list of float64 arrays [n_docs, 4].
+
+        With a read cache, a prompt is read once across jobs too: the missing ones are
+        claimed batch by batch (:meth:`presdep.runtime.content_cache.ContentCache.claim`), each
+        batch is read, stored and released at once (a killed job repeats at most the batch in
+        flight), and prompts another job has claimed are waited for after this job's own."""
         built = [self.build(q, d) for q, d in prompts]
         self.prompts_asked += len(built)
+        keys = [entry_key(b.ids, b.read_positions) for b in built]
+        self._distinct.update(keys)
         cache = self.read_cache
         if cache is None:
             return self.read_built(built)
-        keys = [entry_key(b.ids, b.read_positions) for b in built]
         found = cache.lookup(keys)  # includes reads other jobs finished meanwhile
+        uses = Counter(keys)
         todo: dict[str, int] = {}  # key -> first prompt with it (a repeated prompt is read once)
         for i, k in enumerate(keys):
             if k not in found:
                 todo.setdefault(k, i)
-        fresh: dict[str, Any] = {}
+        self._progress(sum(uses[k] for k in found))  # hits, answered at once
         if todo:
-            # The same length-sorted batches read_built would form; each batch is stored as
-            # soon as it is read, so a killed job repeats at most the batch in flight.
-            miss = list(todo.items())
-            miss = [miss[j] for j in sorted(range(len(miss)), key=lambda j: -len(built[miss[j][1]].ids))]
-            for start in range(0, len(miss), self.batch_size):
-                part = miss[start : start + self.batch_size]
-                for (k, _), probs in zip(part, self.read_built([built[i] for _, i in part])):
-                    fresh[k] = probs
-                    cache.put(k, probs)
-                cache.flush()
-        return [(found[k] if k in found else fresh[k]).copy() for k in keys]
+            # The same length-sorted batches read_built would form, as long as no other job
+            # holds a claim on one of their prompts.
+            miss = sorted(todo, key=lambda k: -len(built[todo[k]].ids))
+            found.update(self._read_claimed(cache, miss, built, todo, uses))
+        return [found[k].copy() for k in keys]
+
+    def _read_claimed(self, cache: ReadCache, miss: list[str], built: Sequence[Any], todo: Mapping[str, int],
+                      uses: Mapping[str, int]) -> dict[str, Any]:
+        """The values of the ``miss`` keys: read under this job's claims, or stored by the jobs
+        holding the others' (waited for once this job's own are read)."""
+        out: dict[str, Any] = {}
+
+        def read(part: list[str]) -> None:
+            for k, probs in zip(part, self.read_built([built[todo[k]] for k in part])):
+                out[k] = probs
+                cache.put(k, probs)
+            cache.flush()
+            cache.release(part)  # only once stored: a waiting job finds the value when the claim goes
+            self._progress(sum(uses[k] for k in part) - len(part))  # repeats of a prompt in this call
+
+        def got(values: Mapping[str, Any]) -> None:  # read by other jobs since this call's lookup
+            out.update(values)
+            self.waited_for_other_job += len(values)
+            self._progress(sum(uses[k] for k in values))
+
+        queue = list(miss)
+        held: list[str] = []  # claimed, not read yet
+        theirs: list[str] = []  # claimed by other jobs
+        try:
+            while queue or held:
+                while queue and len(held) < self.batch_size:
+                    take, queue = queue[: self.batch_size - len(held)], queue[self.batch_size - len(held):]
+                    mine, stored, other = cache.claim(take)
+                    held += mine
+                    theirs += other
+                    got(stored)
+                if held:
+                    part, held = held[: self.batch_size], held[self.batch_size:]
+                    read(part)
+            while theirs:
+                stored, mine = cache.await_claimed(theirs)
+                got(stored)
+                theirs = [k for k in theirs if k not in stored and k not in mine]
+                for start in range(0, len(mine), self.batch_size):
+                    read(mine[start : start + self.batch_size])
+        finally:
+            cache.release_all()  # an error while reading: the claims go now, not when they go stale
+        return out
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         return [_readouts(p) for p in self.slot_probs(prompts)]

@@ -19,10 +19,11 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import polars as pl
@@ -43,6 +44,7 @@ from presdep.contracts.presentations import (
 from presdep.contracts.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
 from presdep.contracts.tasks import FIRST_STAGE
 from presdep.contracts.views import BATCH_NOISE
+from presdep.runtime import logs
 from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.factory import make_scorer
 from presdep.scoring.template import prepare_doc
@@ -354,23 +356,133 @@ def _fingerprint(candidates: pl.DataFrame, qrels: pl.DataFrame | None, dataset: 
 def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades_by_q: Mapping[str, Mapping[str, int]],
                            partial: Path, dataset: str, v: Variant, p: Protocol, scorer: Any,
                            shuffled: frozenset[str]) -> set[str]:
-    """Score every query not yet in the resume folder, one atomic file per query; returns the ones found done."""
+    """Score every query not yet in the resume folder, one atomic file per query; returns the ones found done.
+
+    Progress is a bar in prompts (of every presentation of every query), moved per batch
+    the scorer reads (and per prompt it answers from the read cache or another job's read)
+    where it reports them (``on_progress``), else per query; see :class:`_Progress`."""
     groups = {qid: g for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
     done = {q for q in qids if (partial / _partial_name(q)).exists()}
     if done:
         log.info("%s: resuming, %d of %d queries already scored", dataset, len(done), len(qids))
-    with tqdm(total=len(qids), initial=len(done), desc=f"score {dataset}", unit="query") as bar:
-        for qid in qids:
-            if qid in done:
-                continue
-            grades = grades_by_q.get(qid) if "middle_injection" in p.perturbations else None
-            df = _score_query(qid, groups[qid], grades, dataset, v, p, scorer, qid in shuffled)
-            if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
-                stats = json.dumps(scorer.take_stats(), sort_keys=True)
-                write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
-            _write_ipc_atomic(df, partial / _partial_name(qid))
-            bar.update(1)
+
+    def grades_of(qid: str) -> Mapping[str, int] | None:
+        return grades_by_q.get(qid) if "middle_injection" in p.perturbations else None
+
+    prompts = {qid: _query_prompts(qid, groups[qid], grades_of(qid), dataset, v, p, scorer, qid in shuffled)
+               for qid in qids}
+    hook = hasattr(scorer, "on_progress")
+    with _Progress(sum(prompts.values()), sum(prompts[q] for q in done), f"score {dataset}") as bar:
+        if hook:
+            scorer.on_progress = bar.add
+        try:
+            for qid in qids:
+                if qid in done:
+                    continue
+                bar.start_query(prompts[qid])
+                df = _score_query(qid, groups[qid], grades_of(qid), dataset, v, p, scorer, qid in shuffled)
+                if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
+                    stats = json.dumps(scorer.take_stats(), sort_keys=True)
+                    write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
+                _write_ipc_atomic(df, partial / _partial_name(qid))
+                bar.end_query()
+        finally:
+            if hook:
+                scorer.on_progress = None
     return done
+
+
+def _query_prompts(qid: str, group: pl.DataFrame, grades: Mapping[str, int] | None, dataset: str, v: Variant,
+                   p: Protocol, scorer: Any, shuffled: bool) -> int:
+    """How many prompts scoring one query takes (as _score_query lays them out, noise re-reads included)."""
+    doc_ids = group.sort("first_stage_rank")["doc_id"].to_list()
+    n = len(doc_ids)
+    orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p, shuffled)
+    count = sum(len(chunk_positions(n, p.B, chunking)) for *_, chunking in orders)
+    if shuffled and measures_noise(scorer, p):
+        count += p.noise_rereads * len(chunk_positions(n, p.B, orders[0][3]))
+    return count
+
+
+# The bar is drawn this many times per progress line: a job's log and console get one line
+# every presdep.runtime.logs.PROGRESS_EVERY_S seconds (ProgressStream keeps one draw per
+# interval), and a terminal sees the bar move in between.
+PROGRESS_DRAWS_PER_LINE = 10
+
+
+class _Progress:
+    """A score job's bar in prompts done of total, with the tokens read, the rate and the time left.
+
+    Drawn at most and (by a heartbeat thread, while a batch is read, the weights load or
+    another job's read is awaited) at least every ``PROGRESS_EVERY_S / PROGRESS_DRAWS_PER_LINE``
+    seconds, so that :class:`presdep.runtime.logs.ProgressStream` writes a line every
+    ``PROGRESS_EVERY_S`` (30 s): the first when the bar opens, in the log at once and on the
+    console once the job has run that long. A query's prompts move the bar by at most its
+    own count (a scorer's noise re-reads hold companions too), topped up when it is done.
+    """
+
+    def __init__(self, total: int, initial: int, desc: str):
+        self._every = max(float(logs.PROGRESS_EVERY_S) / PROGRESS_DRAWS_PER_LINE, 0.001)
+        self._lock = threading.Lock()
+        self.tokens = 0
+        self._t0 = time.perf_counter()
+        self._left = 0  # of the current query's prompts, not reported yet
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="prompt", mininterval=self._every,
+                        miniters=1, postfix=self._postfix())
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="score progress", daemon=True)
+        self._beat.start()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        self._beat.join()
+        with self._lock:
+            self.bar.set_postfix_str(self._postfix(), refresh=False)
+            self.bar.close()
+        return False
+
+    def _postfix(self) -> str:
+        elapsed = time.perf_counter() - self._t0
+        rate = self.tokens / elapsed if elapsed > 0 else 0.0
+        return f"{self.tokens:,} tokens, {rate:,.0f} tok/s"
+
+    def start_query(self, prompts: int) -> None:
+        self._left = prompts
+
+    def add(self, prompts: int, tokens: int = 0) -> None:
+        """``prompts`` done (read, or answered without a read) and ``tokens`` read by the model."""
+        with self._lock:
+            self.tokens += tokens
+            step = min(prompts, self._left)
+            self._left -= step
+            self.bar.set_postfix_str(self._postfix(), refresh=False)
+            self.bar.update(step)
+
+    def end_query(self) -> None:
+        if self._left:
+            self.add(self._left)
+
+    def _heartbeat(self) -> None:
+        beat = 0.0  # when this thread last drew the bar (tqdm's last_print_t says when update() did)
+        while not self._stop.wait(self._every):
+            with self._lock:
+                now = self.bar._time()
+                if now - max(self.bar.last_print_t, beat) < self._every:
+                    continue
+                # Not in the middle of a log record the main thread is writing to the same stream.
+                handlers = logging.getLogger().handlers
+                for h in handlers:
+                    h.acquire()
+                try:
+                    self.bar.set_postfix_str(self._postfix(), refresh=False)
+                    self.bar.refresh()  # the same counts and rate, a later elapsed time
+                finally:
+                    for h in reversed(handlers):
+                        h.release()
+                beat = now
 
 
 def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: str, run: ScoringRun, p: Protocol,
@@ -428,12 +540,17 @@ def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: in
         "dataset": dataset, "scorer": getattr(scorer, "name", "?"), "queries": queries, "queries_resumed": resumed,
         "dtype": getattr(scorer, "dtype_name", None),
         "prompts": getattr(scorer, "prompts_asked", None), "prompts_read": getattr(scorer, "prompts_read", None),
+        # reads: prompts the model read (prompts_read, kept for older readers); distinct_prompts:
+        # distinct prompts asked for; waited_for_other_job: missed in the cache, read by another job.
+        "reads": getattr(scorer, "prompts_read", None), "distinct_prompts": getattr(scorer, "distinct_prompts", None),
+        "waited_for_other_job": getattr(scorer, "waited_for_other_job", None),
         "tokens_read": tokens, "startup_s": startup_s, "model_load_s": load_s, "forward_s": forward,
         "tokens_per_s": (tokens / forward) if tokens and forward else None, "score_dataset_s": total_s,
         "model_loaded": getattr(scorer, "model_loaded", None),
     }
     if cache is not None:
-        out.update(cache_hits=cache.hits, cache_misses=cache.misses, cache_hit_rate=cache.stats()["hit_rate"])
+        out.update(cache_hits=cache.hits, cache_misses=cache.misses, cache_hit_rate=cache.stats()["hit_rate"],
+                   claims_taken_over=getattr(cache, "claims_taken_over", None))
     return out
 
 

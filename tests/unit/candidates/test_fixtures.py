@@ -92,3 +92,63 @@ def test_max_queries_takes_the_same_sample_for_every_format(tmp_path):
     got_b = sorted(read_table(tmp_path / "b.parquet", "candidates")["query_id"].unique())
     assert got_a == got_b == _subset_by_hand([f"q{i}" for i in range(10)], 4, 7, "same")
     assert read_metadata(tmp_path / "a.parquet")["query_subset"]["rule"] == "seeded_sample"
+
+
+def _first_hits(rank_llm_json, k):
+    """Oracle by hand: each query's k lowest-rank hits of the rank_llm JSON file."""
+    import json
+
+    out = {}
+    for entry in json.loads(rank_llm_json.read_text(encoding="utf-8")):
+        hits = sorted(entry["hits"], key=lambda h: h["rank"])[:k]
+        out[str(hits[0]["qid"])] = [str(h["docid"]) for h in hits]
+    return out
+
+
+def test_k_input_cuts_every_format_to_its_best_ranks(shared_data, tmp_path):
+    """rank_llm JSON, a TREC run with a corpus and topics, and a self-judged QA file: same rule."""
+    import json
+
+    dl19 = shared_data / "trec-dl19"
+    qrels = {"format": "trec", "path": str(dl19 / "qrels.dl19-passage.txt")}
+    want = _first_hits(dl19 / "bm25_retrieve_results_dl19_top100.json", 20)
+    a = {"task": "rerank", "k_input": 20, "qrels": qrels,
+         "candidates": {"format": "rank_llm_json", "path": str(dl19 / "bm25_retrieve_results_dl19_top100.json")}}
+    build_fixture(fixture_dataset("dl19", a, seed=1), tmp_path / "a.parquet", tmp_path / "aq.parquet")
+    got = read_table(tmp_path / "a.parquet", "candidates")
+    assert got.height == 43 * 20
+    by_q = {q: g.sort("first_stage_rank")["doc_id"].to_list() for (q,), g in got.group_by("query_id")}
+    assert by_q == want
+    meta = read_metadata(tmp_path / "a.parquet")["depth"]
+    assert meta == {"k_input": 20, "before": {"min": 100, "max": 100}, "after": {"min": 20, "max": 20},
+                    "queries_short": 0}
+    # The same first stage as a TREC run, its texts from a JSONL corpus of the file's own passages.
+    corpus = tmp_path / "corpus.jsonl"
+    with corpus.open("w", encoding="utf-8") as fh:
+        seen = set()
+        for entry in json.loads((dl19 / "bm25_retrieve_results_dl19_top100.json").read_text(encoding="utf-8")):
+            for h in entry["hits"]:
+                if h["docid"] not in seen:
+                    seen.add(h["docid"])
+                    fh.write(json.dumps({"id": str(h["docid"]), "contents": h["content"]}) + "\n")
+    b = {"task": "rerank", "k_input": 20, "qrels": qrels,
+         "candidates": {"format": "trec_run", "run": str(dl19 / "bm25_trec_run_dl19_top100.txt"),
+                        "corpus": {"format": "jsonl", "path": str(corpus)},
+                        "topics": {"format": "trec", "path": str(dl19 / "topics.dl19-passage.txt"), "split": "test"}}}
+    build_fixture(fixture_dataset("dl19run", b, seed=1), tmp_path / "b.parquet", tmp_path / "bq.parquet")
+    run = read_table(tmp_path / "b.parquet", "candidates")
+    assert {q: g.sort("first_stage_rank")["doc_id"].to_list() for (q,), g in run.group_by("query_id")} == want
+    assert read_metadata(tmp_path / "b.parquet")["depth"]["k_input"] == 20
+
+
+def test_k_input_on_a_self_judged_file_and_short_queries_are_said(shared_data, tmp_path, caplog):
+    path = shared_data / "hotpotqa-dev200" / "hotpotqa_dev200.jsonl"
+    cfg = {"task": "qa", "k_input": 4, "max_queries": 5, "candidates": {"format": "ircot_jsonl", "path": str(path)}}
+    build_fixture(fixture_dataset("hp", cfg, seed=1), tmp_path / "c.parquet", tmp_path / "q.parquet")
+    c = read_table(tmp_path / "c.parquet", "candidates")
+    assert c.group_by("query_id").agg(pl.col("first_stage_rank").max())["first_stage_rank"].to_list() == [4] * 5
+    cfg["k_input"] = 1000
+    build_fixture(fixture_dataset("hp", cfg, seed=1), tmp_path / "c2.parquet", tmp_path / "q2.parquet")
+    depth = read_metadata(tmp_path / "c2.parquet")["depth"]
+    # The cut comes before the query sample: all 200 questions of the file are short of 1000 paragraphs.
+    assert depth["queries_short"] == 200 and "200 of 200 queries have fewer than k_input = 1000" in caplog.text

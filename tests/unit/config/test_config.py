@@ -220,3 +220,28 @@ def test_figure1_is_named_never_guessed(tmp_path):
     (work / "trained.yaml").write_text(yaml.safe_dump(config))
     dry = snakemake(work, "-n", "--cores", "1", "--configfile", "trained.yaml")
     assert planned_jobs(dry.stdout + dry.stderr)["figure1"] == 1
+
+
+def _with_variants(default_config, variants, **top):
+    cfg = copy.deepcopy(default_config)
+    cfg.pop("figure1", None)
+    cfg["variants"] = variants
+    return {**cfg, **top}
+
+
+def test_the_first_stage_row_is_in_every_table_unless_the_config_says_otherwise(default_config):
+    from presdep.config import load_workflow_config
+
+    mine = {"mine": {"label": "Mine", "scorer": "transformers", "model": "smollm2"}}
+    _, rec = load_workflow_config(_with_variants(default_config, mine), SCHEMA)
+    assert list(rec.variants) == ["first_stage", "mine"]  # first, as the row to beat
+    assert rec.variants["first_stage"].scorer == "identity"
+    assert rec.variants["first_stage"].label == "First stage (identity)"
+    _, rec = load_workflow_config(_with_variants(default_config, mine, first_stage_row=False), SCHEMA)
+    assert list(rec.variants) == ["mine"]
+    own = {"bm25": {"label": "BM25", "scorer": "identity"}, **mine}
+    _, rec = load_workflow_config(_with_variants(default_config, own), SCHEMA)
+    assert list(rec.variants) == ["bm25", "mine"]  # the config's own identity row is the row
+    clash = {"first_stage": {"scorer": "transformers", "model": "smollm2"}}
+    with pytest.raises(ValueError, match="variants.first_stage: the name first_stage_row gives"):
+        load_workflow_config(_with_variants(default_config, clash), SCHEMA)

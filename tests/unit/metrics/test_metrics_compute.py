@@ -130,14 +130,16 @@ def test_rerank_metrics_match_brute_force(ties):
     sets = {"jaccard", "set_flip", "retained_size", "precision", "recall", "f1", "retention",
             "canonical_precision", "canonical_recall", "canonical_f1", "canonical_retention",
             "score_variance", "matched_jaccard", "matched_set_flip"}
-    shuffle = {"ndcg10_shuffle_mean", "ndcg10_shuffle_worst", "ndcg10_shuffle_best", "tau_psi", "tau_psi_b"}
+    shuffle = {"ndcg10_shuffle_mean", "ndcg10_shuffle_worst", "ndcg10_shuffle_best", "tau_psi", "tau_psi_b",
+               "tie_rate"}
     zeng = {"zeng_psi", "zeng_psi_corpus"}
     flags = {"t_star", "warn_threshold_keeps_all", "warn_threshold_keeps_none", "warn_single_presentation",
-             "warn_queries_without_relevant", "passes_per_query"}
-    expected = {"random_shuffle": shuffle | sets | zeng | flags, "within_chunk": shuffle | sets,
+             "warn_queries_without_relevant", "passes_per_query", "warn_threshold_grid_edge",
+             "warn_retention_high", "warn_retention_low", "warn_few_test_queries"}
+    expected = {"random_shuffle": shuffle | sets | zeng | flags | POSITION, "within_chunk": shuffle | sets,
                 "middle_injection": shuffle | sets | zeng}
     for pert, names in expected.items():
-        assert set(out.filter(pl.col("perturbation") == pert)["metric"]) == names
+        assert _names(out, pert) == names
         for q in DOCS:
             docs, s, pos = block_of(scores, q, pert)
             for name, strict in (("tau_psi", True), ("tau_psi_b", False)):
@@ -434,13 +436,29 @@ def test_single_shuffle_gives_null_instability():
     assert value(out, "random_shuffle", "warn_single_presentation") == 3
 
 
+# The position diagnostics of the raw shuffles (presdep.metrics.position; tested in test_position.py).
+POSITION = {"spearman_slot_score", "spearman_score_grade", "var_share_doc", "var_share_slot", "var_share_residual"}
+
+
+def _names(out: pl.DataFrame, pert: str) -> set[str]:
+    """The metric names of a perturbation, the slot profile's per-slot rows folded into one check."""
+    names = set(out.filter(pl.col("perturbation") == pert)["metric"])
+    slots = {n for n in names if n.startswith("slot_")}
+    if pert == "random_shuffle":
+        kinds = {n.rsplit("_s", 1)[0] for n in slots}
+        assert kinds == {"slot_mean", "slot_ci95", "slot_centred_mean", "slot_centred_ci95"}, kinds
+    else:
+        assert not slots
+    return names - slots
+
+
 def test_response_task():
     scores = make_scores(seed=2)
     out = cm.compute_metrics(scores, QRELS, dataset="rm", task="response", variant="v", seed=None)
-    assert set(out.filter(pl.col("perturbation") == "random_shuffle")["metric"]) == {
+    assert _names(out, "random_shuffle") == {
         "ndcg1_shuffle_mean", "ndcg1_shuffle_worst", "ndcg1_shuffle_best", "tau_psi", "tau_psi_b", "pair_flip",
         "selection_flip", "selected_quality_flip", "selected_quality_mean", "selected_quality_canonical",
-        "passes_per_query"}
+        "passes_per_query", "tie_rate"} | POSITION
     assert set(out.filter(pl.col("perturbation") == "first_stage")["metric"]) == {"ndcg@1", "ndcg@10", "mrr"}
     qd = qrels_to_dict(QRELS)
     docs, s, _ = block_of(scores, "q2", "random_shuffle")

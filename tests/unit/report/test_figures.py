@@ -61,12 +61,24 @@ def test_pick_example_largest_disagreement_among_equal_ndcg():
     assert ex.jaccard == pytest.approx(2 / 4)
 
 
-def test_pick_example_falls_back_to_smallest_ndcg_difference():
+def test_pick_example_prefers_different_decisions_to_a_smaller_ndcg_difference():
     scores = _scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.8, 0.9, 0.1, 0.0], [0.1, 0.0, 0.9, 0.8]]})
     ex = pick_example(scores, QRELS, threshold=0.5)
-    # pair (0, 1) swaps grades 3 and 1 at the top: the smallest difference of the three pairs
-    assert (ex.a, ex.b) == (0, 1)
+    # pair (0, 1) has the smallest nDCG difference but keeps the same set {d1, d2} at t* = 0.5;
+    # (0, 2) and (1, 2) keep different sets, and of these (1, 2) differs least in nDCG
+    assert (ex.a, ex.b) == (1, 2) and ex.jaccard == 0.0
     assert ex.ndcg_a != pytest.approx(ex.ndcg_b)
+
+
+def test_pick_example_avoids_a_pair_at_ndcg_zero():
+    # q3 has judgements but nothing relevant: its two shuffles tie at nDCG 0 and keep different
+    # sets; q1's pair keeps different sets too, with unequal nDCG > 0: q1 is shown
+    qrels = pl.DataFrame({"query_id": ["q1", "q1", "q3"], "doc_id": ["d1", "d2", "e1"], "relevance": [3, 1, 0]},
+                         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    scores = _scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.1, 0.9, 0.8, 0.0]],
+                      "q3": [[0.9, 0.8, 0.1, 0.0], [0.1, 0.0, 0.9, 0.8]]})
+    ex = pick_example(scores, qrels, threshold=0.5)
+    assert ex.query_id == "q1" and min(ex.ndcg_a, ex.ndcg_b) > 0 and ex.jaccard < 1
 
 
 def _metrics() -> pl.DataFrame:
@@ -217,3 +229,16 @@ def test_figure1_numbers_are_the_metrics_files(tmp_path):
     write_thresholds(_thresholds(t_star=0.4), tpath)
     with pytest.raises(ValueError, match="re-run the metrics"):
         draw()
+
+
+def test_figure1_names_variants_by_label_and_marks_a_degenerate_jaccard(tmp_path):
+    flag = pl.DataFrame([{"dataset": "x", "task": "rerank", "variant": "B", "seed": None,
+                          "perturbation": "random_shuffle", "query_id": None, "metric": "warn_threshold_keeps_all",
+                          "value": 1.0}], schema_overrides={"seed": pl.Int32, "query_id": pl.String})
+    metrics = pl.concat([_metrics(), flag], how="vertical_relaxed")
+    svg, png = tmp_path / "f.svg", tmp_path / "f.png"
+    figure1(metrics, EXAMPLE, QRELS, stored_example(_run_metrics(), _thresholds()), svg, png,
+            labels={"A": "Off the shelf", "B": "BSC (x2)"})
+    text = svg.read_text()
+    assert "Off the shelf" in text and "BSC (x2) (degenerate)" in text
+    assert "Off the shelf (degenerate)" not in text

@@ -150,7 +150,8 @@ def test_degenerate_threshold_fires_from_scores_to_counts(caplog):
     assert agg["jaccard"] == 1.0 and agg["set_flip"] == 0.0  # the misleading "perfectly stable" reading
     _, counts = build_table1(metrics, variants(ots={"label": "Off the shelf"}))
     cell = counts.filter(pl.col("column") == "rerank_jaccard").row(0, named=True)
-    assert cell["warnings"] == ("a: t* keeps every candidate; "
+    assert cell["warnings"] == ("a: t* keeps every candidate; a: mean retention above 0.90; "
+                                "a: fewer than 10 test queries; "
                                 "a: queries without a relevant document in the pool (1)")
 
 

@@ -1,0 +1,63 @@
+"""What a tau-PSI cell means, in words, from the run's own diagnostics (docs/methods/position.md).
+
+Table 1's note for a row says when its tau-PSI is at the chance level of unrelated rankings,
+when its scores follow the slot rather than the document, and when the shuffle-averaged
+score does not follow the qrels. Each statement is made only when the number behind it
+crosses a stated threshold, and it quotes that number; the counts file carries the numbers
+for every tau-PSI cell whether or not a statement was made.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
+
+# tau-PSI of two unrelated random rankings: E[tau] = 0, so (1 - 0) / 2.
+CHANCE_TAU_PSI = 0.5
+# |tau-PSI - 0.5| within this: "at chance". 0.05 is one tenth of the way from chance to
+# perfect stability, less than the gap between any two rows the paper reports apart.
+AT_CHANCE = 0.05
+# The slot explains at least this share of the score variance across shuffles: "slot-driven".
+SLOT_DRIVEN = 0.5
+# |Spearman(shuffle-averaged score, grade)| below this: the score does not follow the qrels.
+NO_GRADE_SIGNAL = 0.1
+# The diagnostics each tau-PSI cell gets in the counts file (presdep.metrics.position).
+DIAGNOSTICS = ("var_share_slot", "spearman_slot_score", "spearman_score_grade")
+TAU_PSI_COLUMNS = [c for c, spec in TABLE1_COLUMNS.items() if spec.metric == "tau_psi"]
+
+
+def diagnostic_columns(metric: str) -> dict[str, Table1Column]:
+    """Per headline tau-PSI column, the cell of ``metric`` on the same task and perturbation."""
+    return {c: Table1Column(TABLE1_COLUMNS[c].task, metric, TABLE1_COLUMNS[c].perturbation, "higher")
+            for c in TAU_PSI_COLUMNS}
+
+
+def _defined(x: float | None) -> bool:
+    return x is not None and not math.isnan(x)
+
+
+def meaning(column: str, tau_psi: float | None, diag: Mapping[str, float | None]) -> str:
+    """The note's sentence for one tau-PSI cell ('' when nothing crosses a threshold)."""
+    parts = []
+    if _defined(tau_psi) and abs(tau_psi - CHANCE_TAU_PSI) <= AT_CHANCE:
+        parts.append(f"{tau_psi:.3f} is chance level (unrelated rankings give {CHANCE_TAU_PSI})")
+    share, rho_slot, rho_grade = (diag.get(m) for m in DIAGNOSTICS)
+    if _defined(share) and share >= SLOT_DRIVEN:
+        slot = f"the slot explains {share:.0%} of the score variance across shuffles"
+        if _defined(rho_slot):
+            slot += f" (Spearman of slot with score {rho_slot:+.2f})"
+        parts.append("scores follow the slot, not the document: " + slot)
+    if _defined(rho_grade) and abs(rho_grade) < NO_GRADE_SIGNAL:
+        parts.append(f"the shuffle-averaged score does not follow the qrels (Spearman with grade {rho_grade:+.2f})")
+    return f"{COLUMN_TITLES[column]}: " + "; ".join(parts) if parts else ""
+
+
+def vs_chance(tau_psi: float | None) -> float | None:
+    """How far a tau-PSI cell is from chance (negative: more stable than unrelated rankings)."""
+    return tau_psi - CHANCE_TAU_PSI if _defined(tau_psi) else None
+
+
+__all__ = ["AT_CHANCE", "CHANCE_TAU_PSI", "DIAGNOSTICS", "NO_GRADE_SIGNAL", "SLOT_DRIVEN", "TAU_PSI_COLUMNS",
+           "diagnostic_columns", "meaning", "vs_chance"]

@@ -1,0 +1,107 @@
+"""The position profile figure: every run's slot profile side by side (docs/methods/position.md).
+
+One panel per task; per run (Table 1 label, and the training seed where there is one) the
+centred mean score at each slot with its 95% band, from the aggregate ``slot_centred_*``
+rows of the metrics files, averaged over datasets. A flat line at 0 is a scorer whose scores
+follow the document; a falling line is one whose scores follow the slot. Each run's legend
+entry gives its slot share of the score variance (``var_share_slot``).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import presdep.runtime.mplconfig  # noqa: F401 - before matplotlib: no font cache in the user's home
+
+# isort: split
+import matplotlib
+import polars as pl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import read_table, write_bytes_atomic
+from presdep.contracts.tasks import TASKS
+
+PERTURBATION = "random_shuffle"
+
+
+def profiles(metrics: pl.DataFrame, labels: Mapping[str, str] | None = None) -> pl.DataFrame:
+    """task, run, label, slot, mean, ci95, slot_share: each run's centred slot profile (mean over datasets)."""
+    agg = metrics.filter((pl.col("perturbation") == PERTURBATION) & pl.col("query_id").is_null()
+                         & pl.col("value").is_not_null())
+    parts = agg.filter(pl.col("metric").str.contains(r"^slot_centred_(mean|ci95)_s\d+$")).with_columns(
+        pl.col("metric").str.extract(r"^slot_centred_(mean|ci95)_s\d+$", 1).alias("what"),
+        pl.col("metric").str.extract(r"_s(\d+)$", 1).cast(pl.Int64).alias("slot"),
+    )
+    if parts.height == 0:
+        return pl.DataFrame(schema={"task": pl.String, "run": pl.String, "label": pl.String, "slot": pl.Int64,
+                                    "mean": pl.Float64, "ci95": pl.Float64, "slot_share": pl.Float64})
+    run = pl.col("variant") + pl.when(pl.col("seed").is_null()).then(pl.lit("")).otherwise(
+        pl.lit("/seed") + pl.col("seed").cast(pl.String))
+    wide = (parts.with_columns(run.alias("run"))
+            .group_by("task", "run", "variant", "slot", "what").agg(pl.col("value").mean())
+            .pivot(on="what", index=["task", "run", "variant", "slot"], values="value"))
+    share = (agg.filter(pl.col("metric") == "var_share_slot").with_columns(run.alias("run"))
+             .group_by("task", "run").agg(pl.col("value").mean().alias("slot_share")))
+    names = dict(labels or {})
+    out = wide.join(share, on=["task", "run"], how="left").with_columns(
+        pl.col("variant").replace_strict(names, default=pl.col("variant")).alias("label")
+        + pl.col("run").str.extract(r"(/seed\d+)$", 1).fill_null(""))
+    for col in ("mean", "ci95"):
+        if col not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    return out.select("task", "run", "label", "slot", "mean", "ci95", "slot_share").sort("task", "run", "slot")
+
+
+def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | Path) -> None:
+    """Draw the profiles (one panel per task present) to SVG and PNG, byte-stable for equal input.
+    Without any profile (no random shuffles were scored) the figure says so instead."""
+    tasks = [t for t in TASKS if t in set(profile["task"].to_list())]
+    fig = Figure(figsize=(5.2 * max(1, len(tasks)), 4.4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
+    if not tasks:
+        axes[0].text(0.5, 0.5, "no slot profile: the metrics hold no random-shuffle rows",
+                     ha="center", va="center", transform=axes[0].transAxes)
+        axes[0].set_axis_off()
+    for ax, task in zip(axes, tasks):
+        part = profile.filter(pl.col("task") == task)
+        for (run,), g in part.group_by("run", maintain_order=True):
+            g = g.sort("slot")
+            x, y = g["slot"].to_list(), g["mean"].to_list()
+            half = [0.0 if v is None else v for v in g["ci95"].to_list()]
+            share = g["slot_share"][0]
+            label = g["label"][0] + ("" if share is None else f" (slot share {share:.2f})")
+            line = ax.plot(x, y, marker="o", markersize=3, linewidth=1.4, label=label)[0]
+            ax.fill_between(x, [a - h for a, h in zip(y, half)], [a + h for a, h in zip(y, half)],
+                            color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.axhline(0.0, color="#777777", linewidth=0.8, linestyle=":")
+        ax.set_title(task)
+        ax.set_xlabel("slot in the prompt (0 = shown first)")
+        ax.set_ylabel("score minus the document's mean over shuffles")
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Position profile: does the score follow the document (flat) or the slot?", fontsize=11)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.85, bottom=0.14, wspace=0.3)
+    with matplotlib.rc_context({"svg.hashsalt": "presdep-position-profile"}):
+        for path, fmt, extra in ((out_svg, "svg", {"metadata": {"Date": None}}), (out_png, "png", {"dpi": 150})):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, **extra)
+            write_bytes_atomic(Path(path), buf.getvalue())
+
+
+def position_figure_from_files(metrics_paths: Iterable[str | Path], labels: Mapping[str, str],
+                               out_svg: str | Path, out_png: str | Path) -> pl.DataFrame:
+    """The workflow step: every metrics file -> the figure (runs named by their Table 1
+    ``labels``, variant -> label); returns the profiles drawn."""
+    frames = [read_table(p, "metrics") for p in metrics_paths]
+    if not frames:
+        raise InvalidInput("position profile: no metrics files given")
+    prof = profiles(pl.concat(frames, how="vertical"), labels)
+    position_figure(prof, out_svg, out_png)
+    return prof
+
+
+__all__ = ["position_figure", "position_figure_from_files", "profiles"]
