@@ -10,6 +10,7 @@ rule stability:
     params:
         resamples=CFG.stability["resamples"],
         seed=CFG.stability["seed"],
+        labels={name: v.label for name, v in CFG.variants.items()},
         version=PRESDEP_VERSION,
     log:
         f"{LOGS}/stability.log",

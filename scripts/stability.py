@@ -17,6 +17,7 @@ result = write_table1_stability(
     snakemake.output.svg_dir,  # noqa: F821
     resamples=snakemake.params.resamples,  # noqa: F821
     seed=snakemake.params.seed,  # noqa: F821
+    labels=snakemake.params.labels,  # noqa: F821
 )
 for column, res in result["columns"].items():
     for warning in res["warnings"]:

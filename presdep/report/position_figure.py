@@ -20,6 +20,7 @@ import matplotlib
 import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_bytes_atomic
@@ -60,7 +61,7 @@ def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | P
     """Draw the profiles (one panel per task present) to SVG and PNG, byte-stable for equal input.
     Without any profile (no random shuffles were scored) the figure says so instead."""
     tasks = [t for t in TASKS if t in set(profile["task"].to_list())]
-    fig = Figure(figsize=(5.2 * max(1, len(tasks)), 4.4))
+    fig = Figure(figsize=(max(8.0, 5.6 * len(tasks)), 4.8))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
     if not tasks:
@@ -81,10 +82,11 @@ def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | P
         ax.axhline(0.0, color="#777777", linewidth=0.8, linestyle=":")
         ax.set_title(task)
         ax.set_xlabel("slot in the prompt (0 = shown first)")
-        ax.set_ylabel("score minus the document's mean over shuffles")
+        ax.set_ylabel("score minus the document's\nmean over shuffles")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("Position profile: does the score follow the document (flat) or the slot?", fontsize=11)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.85, bottom=0.14, wspace=0.3)
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.85, bottom=0.13, wspace=0.3)
     with matplotlib.rc_context({"svg.hashsalt": "presdep-position-profile"}):
         for path, fmt, extra in ((out_svg, "svg", {"metadata": {"Date": None}}), (out_png, "png", {"dpi": 150})):
             buf = io.BytesIO()

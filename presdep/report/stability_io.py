@@ -69,8 +69,10 @@ def write_table1_stability(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The workflow step: metrics files -> table1.json + one ``<column>.svg`` per analysed column."""
+    """The workflow step: metrics files -> table1.json + one ``<column>.svg`` per analysed column
+    (variants shown by their Table 1 ``labels``; the JSON keeps the variant names)."""
     from presdep.report.stability_svg import write_stability_svg  # matplotlib only when drawing
 
     metrics_paths = list(metrics_paths)
@@ -78,6 +80,6 @@ def write_table1_stability(
     svg_dir = Path(svg_dir)
     svg_dir.mkdir(parents=True, exist_ok=True)
     for column, res in result["columns"].items():
-        write_stability_svg(res, svg_dir / f"{column}.svg")
+        write_stability_svg(res, svg_dir / f"{column}.svg", labels=labels)
     write_stability_json(result, json_path)
     return result

@@ -37,8 +37,10 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def stability_figure(result: Mapping[str, Any], title: str | None = None) -> Figure:
-    """The figure for one column's result dict (as returned by ``paired_bootstrap``)."""
+def stability_figure(result: Mapping[str, Any], title: str | None = None,
+                     labels: Mapping[str, str] | None = None) -> Figure:
+    """The figure for one column's result dict (as returned by ``paired_bootstrap``); variants are
+    shown by their Table 1 ``labels`` (variant -> label) where given."""
     variants = list(result["variants"])
     n = len(variants)
     fig = Figure(figsize=(WIDTH_PX / _DPI, HEIGHT_PX / _DPI), dpi=_DPI)
@@ -59,7 +61,7 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None) -> Fig
         ax.plot([result["rank"][v]], [base], marker="D", color="black", markersize=6, zorder=4,
                 label="full-sample rank" if y == 0 else None)
     ax.set_yticks(range(n))
-    ax.set_yticklabels(variants)
+    ax.set_yticklabels([(labels or {}).get(v, v) for v in variants])
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlim(0.5, max(n, 1) + 0.5)
     ax.set_xticks(range(1, n + 1))
@@ -106,9 +108,10 @@ def _footer_lines(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def render_stability_svg(result: Mapping[str, Any], title: str | None = None) -> str:
+def render_stability_svg(result: Mapping[str, Any], title: str | None = None,
+                         labels: Mapping[str, str] | None = None) -> str:
     """The SVG text (1200 x 630 px) for one column's result dict."""
-    fig = stability_figure(result, title)
+    fig = stability_figure(result, title, labels)
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.hashsalt": "presdep", "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -126,5 +129,6 @@ def _pixel_size(svg: str) -> str:
     return svg[: m.start()] + new + svg[m.end():]
 
 
-def write_stability_svg(result: Mapping[str, Any], path: str | os.PathLike, title: str | None = None) -> Path:
-    return write_text_atomic(Path(path), render_stability_svg(result, title))
+def write_stability_svg(result: Mapping[str, Any], path: str | os.PathLike, title: str | None = None,
+                        labels: Mapping[str, str] | None = None) -> Path:
+    return write_text_atomic(Path(path), render_stability_svg(result, title, labels))

@@ -342,6 +342,7 @@ def test_analyse_table1_rejects_unknown_column():
 
 
 def test_snakemake_script_adapter(tmp_path):
+    import logging
     import runpy
     import sys
     from pathlib import Path
@@ -352,14 +353,18 @@ def test_snakemake_script_adapter(tmp_path):
     smk = SimpleNamespace(
         input=SimpleNamespace(metrics=[str(m)]),
         output=SimpleNamespace(json=str(tmp_path / "table1.json"), svg_dir=str(tmp_path / "svg")),
-        params=SimpleNamespace(resamples=500, seed=4401),
+        params=SimpleNamespace(resamples=500, seed=4401, labels={}),
         log=[str(tmp_path / "stability.log")],
     )
     script = Path(__file__).resolve().parents[3] / "scripts" / "stability.py"
     saved = sys.stderr
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         runpy.run_path(str(script), init_globals={"snakemake": smk})
     finally:
+        root.handlers[:] = handlers  # the adapter's log_to_file set up logging for a whole job
+        root.setLevel(level)
         if sys.stderr is not saved:
             sys.stderr.close()
         sys.stderr = saved
@@ -428,3 +433,12 @@ def test_report_input_without_variant_suffixes_says_why(tmp_path):
 def test_metrics_input_has_no_prompt_variants():
     r = paired_bootstrap(frame({"a": [0.1, 0.2, 0.3], "b": [0.3, 0.2, 0.1]}), lower_is_better=False, resamples=20)
     assert r["promptSensitivity"] is None and "prompt-variant" in r["promptSensitivityReason"]
+
+
+def test_the_svg_names_variants_by_their_table1_labels(tmp_path):
+    rng = np.random.default_rng(13)
+    r = paired_bootstrap(frame({"off_the_shelf": rng.uniform(size=30), "bsc": rng.uniform(size=30)}),
+                         lower_is_better=False, resamples=200)
+    text = render_stability_svg(r, labels={"off_the_shelf": "Off the shelf", "bsc": "BSC (x2)"})
+    assert "Off the shelf" in text and "BSC (x2)" in text
+    assert ">off_the_shelf<" not in text  # the tick labels are the labels, not the keys
