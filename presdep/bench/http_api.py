@@ -39,7 +39,7 @@ DEFAULT_MAX_STABILITY_COST = 300_000_000
 DEFAULT_MAX_CONCURRENT_STABILITY = 2  # one per core of a small machine; more wait (429) instead
 STABILITY_RETRY_AFTER_S = 2  # about one request at the cost limit
 _OPEN_PATHS = {"/health"}
-_BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+_VERBS_WITH_BODY = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 class ScoreRequest(BaseModel):
@@ -158,7 +158,7 @@ class Guard:
                     message = {**message, "body": b""}
                 await inner_send(message)
 
-        if not has_body and scope["method"] not in _BODY_METHODS:
+        if not has_body and scope["method"] not in _VERBS_WITH_BODY:
             return await self.app(scope, receive, send)
         limit = self.max_body_bytes
         over = f"request body over {limit} bytes"
