@@ -26,7 +26,6 @@ global backend switch); files are written atomically.
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -45,7 +44,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.schemas import read_table, write_bytes_atomic
+from presdep.contracts.schemas import read_table
 from presdep.contracts.tasks import FIRST_STAGE
 from presdep.contracts.views import decision_presentations
 from presdep.metrics.compute import build_blocks
@@ -53,6 +52,7 @@ from presdep.metrics.decisions import pair_stats, retained
 from presdep.metrics.quality import evaluate_presentations, presented_order, qrels_to_dict
 from presdep.metrics.rerank_rows import raised_flags
 from presdep.metrics.thresholds import read_thresholds
+from presdep.report.figure_files import save_svg_png
 
 PERTURBATION = "random_shuffle"
 _EQUAL = 1e-9
@@ -358,11 +358,7 @@ def figure1(
     _draw_variants(ax_b, points, k, degenerate)
     fig.suptitle("Equal ranking quality does not mean equal decisions", fontsize=12)
     fig.subplots_adjust(left=0.08, right=0.97, top=0.86, bottom=0.12, wspace=0.3)
-    with matplotlib.rc_context({"svg.hashsalt": "presdep-figure1"}):
-        for path, fmt, extra in ((out_svg, "svg", {"metadata": {"Date": None}}), (out_png, "png", {"dpi": 150})):
-            buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, **extra)
-            write_bytes_atomic(Path(path), buf.getvalue())
+    save_svg_png(fig, out_svg, out_png, salt="presdep-figure1")
     return ex
 
 

@@ -9,22 +9,21 @@ entry gives its slot share of the score variance (``var_share_slot``).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import presdep.runtime.mplconfig  # noqa: F401 - before matplotlib: no font cache in the user's home
 
 # isort: split
-import matplotlib
 import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.schemas import read_table, write_bytes_atomic
+from presdep.contracts.schemas import read_table
 from presdep.contracts.tasks import TASKS
+from presdep.report.figure_files import save_svg_png
 
 PERTURBATION = "random_shuffle"
 
@@ -87,11 +86,7 @@ def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | P
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("Position profile: does the score follow the document (flat) or the slot?", fontsize=11)
     fig.subplots_adjust(left=0.11, right=0.98, top=0.85, bottom=0.13, wspace=0.3)
-    with matplotlib.rc_context({"svg.hashsalt": "presdep-position-profile"}):
-        for path, fmt, extra in ((out_svg, "svg", {"metadata": {"Date": None}}), (out_png, "png", {"dpi": 150})):
-            buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, **extra)
-            write_bytes_atomic(Path(path), buf.getvalue())
+    save_svg_png(fig, out_svg, out_png, salt="presdep-position-profile")
 
 
 def position_figure_from_files(metrics_paths: Iterable[str | Path], labels: Mapping[str, str],
