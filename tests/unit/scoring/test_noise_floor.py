@@ -19,6 +19,7 @@ from scipy.stats import kendalltau
 from scorers_tiny import VARIANT, char_tokenizer, qwen_config, score_then_metrics
 
 from presdep.config.records import Protocol
+from presdep.contracts.errors import ConfigError
 from presdep.contracts.schemas import read_metadata
 from presdep.scoring.backends import IdentityScorer, TransformersScorer
 
@@ -151,5 +152,5 @@ def test_noise_rereads_is_zero_or_at_least_two(bad):
 def test_the_schema_refuses_one_reread():
     from presdep.config.load import SCHEMA_PATH, validate_config
 
-    with pytest.raises(Exception, match="noise_rereads"):
+    with pytest.raises(ConfigError, match=r"protocol.noise_rereads"):
         validate_config({"protocol": {"noise_rereads": 1}}, SCHEMA_PATH)
