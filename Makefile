@@ -3,6 +3,7 @@
 #   make test  -> creates .venv if needed, runs the whole test suite
 #   make resume -> after a killed or crashed `make run`: unlock, then run again
 #   make cluster-env -> .venv-slurm: .venv + the Slurm executor plugin (cluster runs only)
+#   make rehearsal -> every job of configs/paper.yaml offline on tiny models (cluster/rehearsal.sh)
 # GPU users: `make TORCH_SPEC="torch" run` keeps pip's default (CUDA) torch build.
 
 PYTHON ?= python3
@@ -13,8 +14,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.presdep-installed
 SLURM_VENV ?= .venv-slurm
 SLURM_STAMP := $(SLURM_VENV)/.presdep-slurm-installed
+HUB_VENV ?= .venv-hub
+HUB_STAMP := $(HUB_VENV)/.presdep-hub-installed
+# local (2 cores) or slurm (the local Slurm of cluster/start-local-slurm.sh)
+REHEARSAL_MODE ?= local
 
-.PHONY: run test env cluster-env clean-results resume
+.PHONY: run test env cluster-env hub-env rehearsal clean-results resume
 
 env: $(STAMP)
 
@@ -34,6 +39,19 @@ $(SLURM_STAMP): $(STAMP) pyproject.toml envs/constraints.txt cluster/slurm-venv.
 	sh cluster/slurm-venv.sh $(VENV) $(SLURM_VENV)
 	touch $(SLURM_STAMP)
 
+# The rehearsal's local Hugging Face hub (olah) in its own venv: it pins its own web stack.
+hub-env: $(HUB_STAMP)
+
+$(HUB_STAMP): envs/hub-requirements.txt
+	test -x $(HUB_VENV)/bin/python || $(PYTHON) -m venv $(HUB_VENV)
+	$(HUB_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r envs/hub-requirements.txt
+	touch $(HUB_STAMP)
+
+# Every job of configs/paper.yaml, offline: sources on loopback, tiny models, Table 1 in
+# .rehearsal/results/ (README, cluster section). REHEARSAL_MODE=slurm goes through Slurm.
+rehearsal: $(STAMP) $(HUB_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" sh cluster/rehearsal.sh $(REHEARSAL_MODE)
+
 # The main job: the workflow's default target, `rule all` = final_outputs() in rules/common.smk
 # (Table 1 and its counts, BSC's K-curve, Figure 1, the stability analysis, every metrics file).
 run: $(STAMP)
@@ -46,7 +64,8 @@ resume: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --unlock
 	$(MAKE) run
 
-test: $(STAMP)
+# The hub server too: tests/workflow/test_rehearsal.py reads sources from it.
+test: $(STAMP) $(HUB_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
 
 # Everything under results/ except its tracked README.

@@ -7,7 +7,7 @@ import sys
 
 from presdep.config.catalogue import fetch_ids, fetch_jobs, fetch_local_inputs, fetch_outputs
 
-FETCH_JOBS = fetch_jobs(CFG.datasets)
+FETCH_JOBS = fetch_jobs(CFG.datasets, overrides=CFG.catalogue_overrides)
 
 # Catalogue datasets that cannot run here (not public, no local copy) are named at every start.
 for _name, _reason in CFG.skipped_datasets.items():

@@ -1,6 +1,11 @@
 # Training: silver labels, LoRA students (objective x lambda x seed), lambda selection.
 # Helpers and the config they read: rules/training_inputs.smk.
 
+# Picking lambda reads a few held-out summaries: seconds of work, never worth a cluster job.
+localrules:
+    select_lambda,
+
+
 rule silver_labels:
     input:
         unpack(_silver_inputs),

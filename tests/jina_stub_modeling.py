@@ -1,39 +1,10 @@
-"""A stand-in for jina-reranker-v3's published modeling.py, for the wrapper's unit test only.
+"""The jina-reranker-v3 stand-in of the wrapper's unit tests lives in the package, as one copy:
+presdep/rehearsal/jina_standin_modeling.py (a stand-in for the model's own remote code, not
+that code). tiny_jina_stub in scorers_tiny.py copies that file into a model directory as
+``modeling.py``; this module keeps the old import name working."""
 
-The real file cannot be fetched here. This keeps the published call signature
-(``rerank(query, documents) -> [{"document", "relevance_score", "index"}]``, sorted by
-score) and the architecture class (a Qwen3 backbone reading the query and every
-document in one causal context, scoring each document's last-token state against the
-query's). It is copied into a model directory as ``modeling.py`` and loaded through
-``auto_map`` + ``trust_remote_code``, the path the real model takes.
-"""
+from presdep.rehearsal.jina_standin_modeling import StandInJinaForRanking
 
-import torch
-from transformers import AutoTokenizer, Qwen3Model, Qwen3PreTrainedModel
+StubJinaForRanking = StandInJinaForRanking
 
-
-class StubJinaForRanking(Qwen3PreTrainedModel):
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = Qwen3Model(config)
-        self.post_init()
-        self._tok = None
-
-    def forward(self, input_ids, attention_mask=None):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    @torch.no_grad()
-    def rerank(self, query, documents, top_n=None):
-        if self._tok is None:
-            self._tok = AutoTokenizer.from_pretrained(self.config._name_or_path)
-        ids, ends = [], []
-        for d in documents:
-            ids += self._tok(f"<|im_start|>{d}", add_special_tokens=False)["input_ids"]
-            ends.append(len(ids) - 1)
-        ids += self._tok(f"<|im_start|>{query}", add_special_tokens=False)["input_ids"]
-        h = self.forward(torch.tensor([ids]))[0]
-        q = h[len(ids) - 1]
-        scores = torch.nn.functional.cosine_similarity(h[ends], q.unsqueeze(0), dim=-1).tolist()
-        out = [{"document": d, "relevance_score": s, "index": i} for i, (d, s) in enumerate(zip(documents, scores))]
-        out.sort(key=lambda r: -r["relevance_score"])
-        return out[:top_n] if top_n else out
+__all__ = ["StandInJinaForRanking", "StubJinaForRanking"]

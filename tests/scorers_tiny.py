@@ -3,37 +3,12 @@ template, and random models of each family's architecture class built from a con
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
 import torch
 
 from presdep.config.records import Protocol, ScoringRun
-
-SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>",
-            "<|source|>", "<|candidate1|>", "<|candidate2|>", "[CLS]", "[SEP]"]
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def char_tokenizer(pair_template: bool = False):
-    """One token per printable character (digits are single tokens, as the judges need)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    chars = [c for c in string.printable if c not in "\x0b\x0c\r"]
-    vocab = {t: i for i, t in enumerate(SPECIALS + chars)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("<\\|[a-z_0-9]+\\|>|."), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    if pair_template:  # a cross-encoder's [CLS] a [SEP] b [SEP]
-        tk.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", unk_token="<unk>", eos_token="</s>",
-                                  additional_special_tokens=SPECIALS[4:9])
-    tok.chat_template = CHAT
-    return tok
+from presdep.rehearsal.tiny_models import CHAT, SPECIALS, char_tokenizer  # noqa: F401 (the tests import them from here)
 
 
 def qwen_config(vocab: int, **kw):
@@ -167,11 +142,15 @@ def tiny_pairrm(out: Path, seed: int = 0) -> Path:
 
 
 def tiny_jina_stub(out: Path, seed: int = 0) -> Path:
-    """A model directory whose auto_map points at tests/jina_stub_modeling.py (see its docstring)."""
+    """A model directory whose auto_map points at presdep/rehearsal/jina_standin_modeling.py, copied in
+    as modeling.py (a stand-in for jina-reranker-v3's own code; see its docstring)."""
     import json
     import shutil
 
     from transformers import Qwen3Config
+
+    from presdep.rehearsal import jina_standin_modeling
+    from presdep.rehearsal.jina_standin_modeling import StandInJinaForRanking
 
     tok = char_tokenizer()
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -181,8 +160,9 @@ def tiny_jina_stub(out: Path, seed: int = 0) -> Path:
 
     Qwen3Model(cfg).save_pretrained(out)  # weights under the backbone's names
     tok.save_pretrained(out)
-    shutil.copy(Path(__file__).with_name("jina_stub_modeling.py"), out / "modeling.py")
+    shutil.copy(jina_standin_modeling.__file__, out / "modeling.py")
+    name = StandInJinaForRanking.__name__
     conf = json.loads((out / "config.json").read_text())
-    conf.update(architectures=["StubJinaForRanking"], auto_map={"AutoModel": "modeling.StubJinaForRanking"})
+    conf.update(architectures=[name], auto_map={"AutoModel": f"modeling.{name}"})
     (out / "config.json").write_text(json.dumps(conf))
     return out

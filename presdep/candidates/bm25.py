@@ -78,7 +78,8 @@ def _write_json_collection(corpus_path: str | Path, corpus_format: str, out_dir:
     return n
 
 
-def _run_indexer(collection_dir: Path, index_dir: Path, threads: int, java_home: Path) -> None:
+def run_indexer(collection_dir: Path, index_dir: Path, threads: int, java_home: Path) -> None:
+    """pyserini's own Lucene indexer over a JsonCollection folder (positions, doc vectors, raw JSON)."""
     cmd = [
         sys.executable, "-m", "pyserini.index.lucene",
         "--collection", "JsonCollection",
@@ -161,7 +162,7 @@ def build_index(
     try:
         n_docs = _write_json_collection(corpus_path, corpus_format, work / "collection")
         tmp_index = work / "index"
-        _run_indexer(work / "collection", tmp_index, threads, java_home)
+        run_indexer(work / "collection", tmp_index, threads, java_home)
         stats = index_stats(tmp_index)
         if stats.get("documents") != n_docs:
             raise IndexBuildError(f"indexer stored {stats.get('documents')} documents, the corpus has {n_docs}")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from presdep.config.catalogue_overrides import with_overrides
 from presdep.config.query_lists import QueryList
 from presdep.config.records import Dataset, thaw
 from presdep.config.wildcards import alternatives
@@ -241,7 +242,7 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
     if not isinstance(datasets, dict) or not any(
             isinstance(s, dict) and s.get("from_catalogue") and not _already_expanded(s) for s in datasets.values()):
         return config
-    catalogue = catalogue or load_catalogue()
+    catalogue = with_overrides(catalogue or load_catalogue(), config.get("catalogue_overrides"))
     skipped = dict(config.get("skipped_datasets") or {})
     out: dict[str, Any] = {}
     locals_by_id: dict[str, Any] = {}
@@ -310,10 +311,11 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
     return config
 
 
-def fetch_jobs(datasets: Mapping[str, Dataset], catalogue: Mapping[str, Mapping] | None = None) -> dict[str, dict]:
+def fetch_jobs(datasets: Mapping[str, Dataset], catalogue: Mapping[str, Mapping] | None = None,
+               overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
     """Catalogue id -> {layout, entry, local} for the dataset records of a validated config (plain data:
-    each job is a rule's params)."""
-    catalogue = catalogue or load_catalogue()
+    each job is a rule's params), with the config's ``catalogue_overrides`` applied."""
+    catalogue = with_overrides(catalogue or load_catalogue(), thaw(overrides))
     jobs: dict[str, dict] = {}
     for dataset in datasets.values():
         spec = dataset.spec

@@ -32,8 +32,10 @@ _SECRET_NAMES = ("api_key", "key", "token", "authorization", "password", "secret
 def apply_replacing_sections(config: dict, user_files: Iterable[str | Path]) -> dict:
     """Let the sections of user config files replace (not extend) the embedded default's.
 
-    Later files win, as with Snakemake's own merge. Keys other than
-    :data:`REPLACING_SECTIONS` keep Snakemake's recursive merge.
+    The first user file that has such a section replaces the default's; a later file merges
+    into it key by key, as Snakemake merges (so an overlay such as configs/rehearsal.yaml can
+    resize the datasets and variants of configs/paper.yaml without repeating them). Keys other
+    than :data:`REPLACING_SECTIONS` keep Snakemake's recursive merge.
     """
     config = copy.deepcopy(config)
     replaced: dict[str, dict] = {}
@@ -41,13 +43,24 @@ def apply_replacing_sections(config: dict, user_files: Iterable[str | Path]) -> 
         data = load_yaml(path)
         for key in REPLACING_SECTIONS:
             if key in data:
-                replaced[key] = copy.deepcopy(data[key] or {})
+                section = copy.deepcopy(data[key] or {})
+                replaced[key] = _merged(replaced[key], section) if key in replaced else section
         # The default's Figure 1 example names the default's variants and datasets: it
         # cannot outlive them, so a file that replaces either must name its own (or none).
         if ("datasets" in data or "variants" in data) and "figure1" not in data:
             config.pop("figure1", None)
     config.update(replaced)
     return config
+
+
+def _merged(base: Any, extra: Any) -> Any:
+    """``extra`` merged into ``base``: mappings key by key, anything else replaced (Snakemake's rule)."""
+    if not (isinstance(base, dict) and isinstance(extra, dict)):
+        return extra
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(base[key], value) if key in base else value
+    return out
 
 
 def check_config_files(paths: Iterable[str | Path]) -> None:

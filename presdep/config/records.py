@@ -495,6 +495,11 @@ class WorkflowConfig:
         return self.raw["skipped_datasets"]
 
     @property
+    def catalogue_overrides(self) -> Mapping[str, Any]:
+        """Per catalogue id: the source location and sample sizes this config changes (a mirror, the rehearsal)."""
+        return self.raw["catalogue_overrides"]
+
+    @property
     def figure1(self) -> Mapping[str, Any] | None:
         return self.raw.get("figure1")
 

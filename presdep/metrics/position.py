@@ -28,7 +28,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 
 # A z of 1.96: the 95% normal interval of a slot's mean (rows treated as independent).
 Z95 = 1.959963984540054
@@ -36,6 +35,8 @@ Z95 = 1.959963984540054
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman's rho with average ranks for ties; NaN when either side is constant."""
+    from scipy.stats import rankdata  # here, not at the top: scipy.stats costs every metrics job ~1.5 s
+
     rx, ry = rankdata(x), rankdata(y)
     sx, sy = rx.std(), ry.std()
     if sx == 0 or sy == 0:

@@ -15,6 +15,7 @@ so the fetch step converts once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -28,8 +29,11 @@ from typing import Any, Mapping
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import write_dir_atomic
 from presdep.runtime.hashing import sha256_file, weights_sha256
+from presdep.runtime.hub_errors import hub_errors
 
 log = logging.getLogger(__name__)
+# Written beside a hub snapshot: the commit and file digests it was fetched at.
+MODEL_MANIFEST = "manifest.json"
 
 SMOLLM2 = {
     "source": "gguf_package",
@@ -201,12 +205,28 @@ def _snapshot_hf(spec: Mapping[str, Any], out_dir: Path) -> None:
     Files, not a reloaded model: a reward model's head, a cross-encoder's classifier and a
     ``trust_remote_code`` model's own code only survive as the repository has them.
     """
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import HfApi, constants, snapshot_download
 
     revision = spec.get("revision")
     if not revision:
         log.warning("model %s has no pinned revision: fetching the hub's current main, which may change", spec["id"])
-    write_dir_atomic(out_dir, lambda tmp: snapshot_download(repo_id=spec["id"], revision=revision, local_dir=tmp))
+
+    def write(tmp: Path) -> None:
+        try:
+            commit = HfApi().model_info(spec["id"], revision=revision).sha
+            snapshot_download(repo_id=spec["id"], revision=commit, local_dir=tmp)
+        except hub_errors() as exc:
+            raise InvalidInput(f"could not fetch model {spec['id']}@{revision or 'main'} from the hub at "
+                               f"{constants.ENDPOINT}: {type(exc).__name__}: {exc}; when the hub answers again, "
+                               "re-run (finished fetches are kept)") from exc
+        files = sorted(p for p in tmp.rglob("*") if p.is_file() and ".cache" not in p.relative_to(tmp).parts)
+        # What was read, where from: the commit the revision resolved to and every file's digest.
+        body = {"id": spec["id"], "revision": revision, "commit": commit, "pinned": bool(revision),
+                "endpoint": constants.ENDPOINT,
+                "sha256": {str(p.relative_to(tmp)): sha256_file(p) for p in files}}
+        (tmp / MODEL_MANIFEST).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    write_dir_atomic(out_dir, write)
 
 
 def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:

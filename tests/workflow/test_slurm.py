@@ -1,6 +1,6 @@
 """The cluster path for real: a tiny configuration of the workflow through a local Slurm.
 
-The session fixture installs (if missing) and starts a single-node Slurm with
+The session fixture (tests/workflow/conftest.py) installs (if missing) and starts a single-node Slurm with
 cluster/start-local-slurm.sh and stops exactly the daemons it started. The run
 uses the real cluster profile with the test overrides layered on top
 (``--profile profiles/slurm --profile profiles/slurm-test``), so every non-local
@@ -13,77 +13,20 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from workflow_utils import REPO, planned_jobs, scratch_workflow
+from workflow_utils import planned_jobs, scratch_workflow
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-START = REPO / "cluster" / "start-local-slurm.sh"
-STOP = REPO / "cluster" / "stop-local-slurm.sh"
-STATE_DIR = Path(os.environ.get("LOCAL_SLURM_STATE_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "local-slurm"))
 PROFILE = ("--profile", "profiles/slurm", "--profile", "profiles/slurm-test")
 CONFIG = ("--configfile", "configs/examples/slurm-tiny.yaml")
 TARGET = ("--", "results/table1.csv")
 DATASETS = ("tiny_test", "tiny_heldout")
 RUN_TIMEOUT = 240
-
-
-def _recorded() -> set[str]:
-    started = STATE_DIR / "started"
-    return {line.split()[0] for line in started.read_text().splitlines() if line.strip()} if started.exists() else set()
-
-
-@pytest.fixture(scope="session")
-def local_slurm():
-    """A running single-node Slurm; yields its JobCompLoc (one line per finished job)."""
-    if os.name != "posix" or os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (it installs packages and writes /etc/slurm)")
-    if not Path("/etc/debian_version").exists() or shutil.which("apt-get") is None:
-        pytest.skip("the local Slurm cluster is installed with apt on Debian/Ubuntu")
-    before = _recorded()
-    env = {**os.environ, "LOCAL_SLURM_STATE_DIR": str(STATE_DIR)}
-    proc = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=600)
-    ours = sorted(_recorded() - before)  # only what this session started is stopped
-    try:
-        if proc.returncode == 2:
-            pytest.skip(f"cannot start a local Slurm here: {proc.stderr.strip().splitlines()[-1]}")
-        assert proc.returncode == 0, f"start-local-slurm.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-        conf = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
-        jobcomp = re.search(r"^JobCompLoc\s*=\s*(\S+)", conf, re.M)
-        status = re.search(r"^AccountingStorageType\s*=\s*(\S+)", conf, re.M)
-        assert jobcomp and status and status.group(1) == "accounting_storage/none", (
-            "expected the cluster of cluster/start-local-slurm.sh (no accounting, jobcomp/filetxt); "
-            f"another Slurm is configured here:\n{conf[:2000]}"
-        )
-        yield Path(jobcomp.group(1))
-    finally:
-        if ours:
-            subprocess.run(["bash", str(STOP), *ours], env=env, timeout=120, check=False)
-
-
-@pytest.fixture(scope="session")
-def slurm_snakemake(tmp_path_factory) -> Path:
-    """The snakemake launcher of a venv = this venv + the `slurm` extra (cluster/slurm-venv.sh)."""
-    base = Path(sys.executable).parents[1]
-    target = tmp_path_factory.mktemp("slurm-venv") / "venv"
-    proc = subprocess.run(["sh", str(REPO / "cluster" / "slurm-venv.sh"), str(base), str(target)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 and re.search(r"No matching distribution|Could not find a version|network|resolve", proc.stderr):
-        pytest.skip(f"cannot install the Slurm executor plugin here (no package index): {proc.stderr.strip()[-300:]}")
-    assert proc.returncode == 0, f"cluster/slurm-venv.sh failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
-    exe = target / "bin" / "snakemake"
-    assert exe.is_file()
-    # The project's own venv stays free of the plugin (its import runs `scontrol show config`).
-    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('snakemake_executor_plugin_slurm') is None)"],
-                           capture_output=True, text=True, check=True)
-    assert probe.stdout.strip() == "True", "the Slurm executor plugin is installed in the project venv; uninstall it there"
-    return exe
 
 
 def _slurm_job_ids(work: Path) -> dict[str, str]:
@@ -162,9 +105,9 @@ def test_tiny_workflow_runs_through_slurm_and_resumes_after_scancel(local_slurm,
     dry = subprocess.run([str(exe), "-n", *PROFILE, *CONFIG, *TARGET], cwd=work, env=env,
                          capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr[-3000:]
-    # The cancelled branch (its score, then its t*), and both metrics jobs: they form one
-    # group job, which waited for the cancelled score.
-    assert planned_jobs(dry.stdout + dry.stderr) == {"score": 1, "thresholds": 1, "metrics": 2, "table1": 1}
+    # The cancelled branch's score, and both datasets' t* and metrics: they form one group job
+    # (profiles/slurm groups metrics with the t* it reads), which waited for the cancelled score.
+    assert planned_jobs(dry.stdout + dry.stderr) == {"score": 1, "thresholds": 2, "metrics": 2, "table1": 1}
 
     # 2. Re-run: completes, redoing nothing that had finished.
     run2 = subprocess.run(
@@ -186,11 +129,11 @@ def test_tiny_workflow_runs_through_slurm_and_resumes_after_scancel(local_slurm,
     by_rule: dict[str, list[str]] = {}
     for job_id, rule in ids.items():
         by_rule.setdefault(rule, []).append(job_id)
-    assert sorted(by_rule) == ["group_small_cpu_metrics", "rule_build_fixture", "rule_generate_synthetic", "rule_score",
-                               "rule_thresholds"], ids
-    # t* once per dataset: the other one's in the first run (keep-going), the cancelled one's after.
-    assert [len(by_rule[r]) for r in ("rule_generate_synthetic", "rule_build_fixture", "rule_score", "rule_thresholds",
-                                      "group_small_cpu_metrics")] == [1, 2, 3, 2, 1]
+    assert sorted(by_rule) == ["group_small_cpu_metrics_thresholds", "rule_build_fixture", "rule_generate_synthetic",
+                               "rule_score"], ids
+    # The light jobs of both datasets in one submission, after the cancelled score was redone.
+    assert [len(by_rule[r]) for r in ("rule_generate_synthetic", "rule_build_fixture", "rule_score",
+                                      "group_small_cpu_metrics_thresholds")] == [1, 2, 3, 1]
     states = _jobcomp_states(jobcomp)
     assert states.get(cancelled) == "CANCELLED", (cancelled, states)
     for job_id in set(ids) - {cancelled}:

@@ -48,8 +48,13 @@ def raw_text(raw: str) -> str:
     return f"{title}\n{text}" if title.strip() else text
 
 
-def _index_dir(index: str) -> tuple[str, dict]:
-    """A local index folder as is, or pyserini's prebuilt index (downloaded once into its cache)."""
+def _index_dir(index: str, mirror: Mapping[str, str] | None = None) -> tuple[str, dict]:
+    """A local index folder as is, or pyserini's prebuilt index (downloaded once into its cache).
+
+    ``mirror`` ({url, md5, size}: a config's ``catalogue_overrides``) points pyserini's own download at
+    another copy of the tarball. That is the one change made to pyserini: its index table's URLs
+    and md5 for this index, for this process; the manifest records it.
+    """
     if Path(index).is_dir():
         return str(index), {"index_dir": str(index)}
     ensure_java(MIN_JAVA)
@@ -59,7 +64,18 @@ def _index_dir(index: str) -> tuple[str, dict]:
     if index not in TF_INDEX_INFO:
         raise FetchError(f"{index!r} is not one of pyserini's prebuilt Lucene indexes")
     info = TF_INDEX_INFO[index]
-    return str(download_prebuilt_index(index)), {"prebuilt": index, "filename": info.get("filename"), "md5": info.get("md5")}
+    version = {"prebuilt": index, "filename": info.get("filename"), "md5": info.get("md5")}
+    if mirror:
+        version["mirror"] = {"url": mirror["url"], "md5": mirror["md5"], "replaces_urls": list(info.get("urls") or [])}
+        # pyserini checks the size too: the mirror's, or none when the mirror gives none.
+        info.update({"urls": [mirror["url"]], "md5": mirror["md5"], "size compressed (bytes)": mirror.get("size")})
+        version["md5"] = mirror["md5"]
+    try:
+        path = download_prebuilt_index(index)
+    except (ValueError, AssertionError, OSError) as exc:  # pyserini: no URL answered / md5 mismatch
+        where = mirror["url"] if mirror else ", ".join(info.get("urls") or [])
+        raise FetchError(f"prebuilt index {index!r}: could not download or verify it from {where}: {exc}") from exc
+    return str(path), version
 
 
 def pyserini_topics(name: str) -> dict[str, str]:
@@ -85,12 +101,13 @@ def read_grades(path: str | Path) -> dict[str, dict[str, int]]:
 
 
 def bm25_ranked(index: str, topics: Mapping[str, str], grades: Mapping[str, Mapping[str, int]], *,
-                k: int, k1: float, b: float, threads: int = 4) -> tuple[list[RankedQuery], dict]:
+                k: int, k1: float, b: float, threads: int = 4,
+                mirror: Mapping[str, str] | None = None) -> tuple[list[RankedQuery], dict]:
     """BM25 top-k of the judged topics over a Lucene index, with stored passage text."""
     judged = [q for q in topics if q in grades]
     if not judged:
         raise FetchError(f"no topic of {index!r} has a judgement")
-    index_dir, version = _index_dir(index)
+    index_dir, version = _index_dir(index, mirror)
     # Anserini's searcher through pyjnius, as pyserini's LuceneSearcher does (importing
     # pyserini.search.lucene would import its OpenAI encoder, which needs a key at import).
     autoclass = anserini_autoclass()

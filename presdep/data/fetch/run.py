@@ -101,7 +101,8 @@ def ranked_queries(entry: Mapping[str, Any], local: Mapping[str, Any] | None, do
         index = source["index"]
     if entry.get("sampling"):
         topics = {q: topics[q] for q in _sampled_ids([q for q in topics if q in grades], entry["sampling"])}
-    queries, index_version = rerank.bm25_ranked(index, topics, grades, k=fs["k"], k1=fs["k1"], b=fs["b"])
+    queries, index_version = rerank.bm25_ranked(index, topics, grades, k=fs["k"], k1=fs["k1"], b=fs["b"],
+                                                mirror=None if local else source.get("prebuilt_index"))
     return queries, {**version, **index_version, "first_stage": dict(fs)}
 
 
@@ -134,7 +135,14 @@ def _sampled_ids(ids: list, sampling: Mapping[str, Any]) -> list:
 def fetch(catalogue_id: str, entry: Mapping[str, Any], out_dir: str | Path, *, layout: str,
           local: Mapping[str, Any] | None = None, download_dir: str | Path = "resources/downloads") -> Manifest:
     """Write the entry's files under ``out_dir`` (layout ranked | qa | beir | pool_ranked | pool_qa) and its manifest."""
-    out_dir, download_dir = Path(out_dir), Path(download_dir)
+    try:
+        return _fetch(catalogue_id, entry, Path(out_dir), layout=layout, local=local, download_dir=Path(download_dir))
+    except FetchError as exc:  # the job's log names the dataset, not only a download path
+        raise FetchError(f"{catalogue_id}: {exc}") from exc
+
+
+def _fetch(catalogue_id: str, entry: Mapping[str, Any], out_dir: Path, *, layout: str,
+           local: Mapping[str, Any] | None, download_dir: Path) -> Manifest:
     manifest = Manifest(catalogue_id, source=dict(entry["source"]))
     if layout == "beir":
         if not local or "beir" not in local:

@@ -14,6 +14,7 @@ from typing import Any
 from presdep.contracts.schemas import atomic_path, atomic_write
 from presdep.data.fetch.common import FetchError, verify_sha256
 from presdep.runtime.hashing import sha256_file
+from presdep.runtime.hub_errors import hub_errors
 
 log = logging.getLogger(__name__)
 
@@ -21,17 +22,21 @@ log = logging.getLogger(__name__)
 def hf_rows_file(source: Mapping[str, Any], download_dir: str | Path) -> tuple[Path, dict]:
     """The split as a Parquet file of the published rows, and {revision, sha256 of the cached data}."""
     import datasets
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
 
     revision = source.get("revision")
     if not revision:
         log.warning("%s: no revision pinned in the catalogue; using the current one and recording it", source["id"])
-    resolved = HfApi().dataset_info(source["id"], revision=revision).sha
-    ds = datasets.load_dataset(source["id"], source.get("config"), split=source["split"], revision=resolved)
+    try:
+        resolved = HfApi().dataset_info(source["id"], revision=revision).sha
+        ds = datasets.load_dataset(source["id"], source.get("config"), split=source["split"], revision=resolved)
+    except hub_errors() as exc:
+        raise FetchError(f"could not read {source['id']}@{revision or 'main'} from the hub at {constants.ENDPOINT}: "
+                         f"{type(exc).__name__}: {exc}; when the hub answers again, re-run (finished fetches are kept)") from exc
     out = Path(download_dir) / f"{source['id'].replace('/', '__')}-{source.get('config') or 'default'}-{source['split']}.parquet"
     atomic_write(out, lambda tmp: ds.to_parquet(str(tmp)))
     cache = {Path(f["filename"]).name: sha256_file(f["filename"]) for f in ds.cache_files}
-    return out, {"revision": resolved, "pinned": bool(revision), "sha256": cache}
+    return out, {"revision": resolved, "pinned": bool(revision), "endpoint": constants.ENDPOINT, "sha256": cache}
 
 
 def url_file(source: Mapping[str, Any], download_dir: str | Path) -> tuple[Path, dict]:

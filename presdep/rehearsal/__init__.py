@@ -1,0 +1,1 @@
+"""A rehearsal of the paper matrix on loopback sources: tiny models, original-format files, local servers."""
