@@ -57,17 +57,16 @@ def client_env(root: Path = ROOT, ports: Ports = Ports()) -> dict[str, str]:
     }
 
 
-def _entries() -> dict[str, dict]:
+def _sources(kind: str) -> list[tuple[str, dict]]:
+    """(catalogue id, source) of every dataset and training pool whose source is of ``kind``."""
     cat = load_catalogue()
-    return {**cat["datasets"], **cat["training_pools"]}
+    return [(cid, e["source"]) for cid, e in {**cat["datasets"], **cat["training_pools"]}.items()
+            if e["source"]["kind"] == kind]
 
 
 def _publish_datasets(root: Path, pins: dict) -> dict[str, str]:
     commits: dict[str, str] = {}
-    for cid, entry in _entries().items():
-        source = entry["source"]
-        if source["kind"] != "hf_datasets":
-            continue
+    for cid, source in _sources("hf_datasets"):
         repo_id = source["id"]
         if repo_id not in commits:
             content = root / "originals" / "hub" / "datasets" / repo_id
@@ -90,10 +89,7 @@ def _publish_models(root: Path, paper_config: Path) -> dict[str, dict]:
 
 
 def _serve_url_files(root: Path, ports: Ports, pins: dict) -> None:
-    for cid, entry in _entries().items():
-        source = entry["source"]
-        if source["kind"] != "url":
-            continue
+    for cid, source in _sources("url"):
         name = source.get("filename") or source["url"].split("?")[0].rstrip("/").split("/")[-1]
         src = root / "originals" / "files" / name
         dest = root / "files" / name
@@ -107,10 +103,7 @@ def _serve_indexes(root: Path, ports: Ports, pins: dict, rebuild: bool) -> dict[
     packed: dict[str, dict] = {}
     record = root / "files" / "indexes.json"
     previous = json.loads(record.read_text()) if record.exists() and not rebuild else {}
-    for cid, entry in _entries().items():
-        source = entry["source"]
-        if source["kind"] != "pyserini_prebuilt":
-            continue
+    for cid, source in _sources("pyserini_prebuilt"):
         index = source["index"]
         if index not in packed:
             old = previous.get(index)

@@ -187,8 +187,8 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
 
     # A changed revision re-plans only what depends on it: republish pairrm, pin the new commit.
     repo = work / "resources" / "rehearsal" / "hub" / "models" / "llm-blender" / "PairRM"
-    content = tmp_content = work / "pairrm-next"
-    shutil.copytree(repo, tmp_content, ignore=shutil.ignore_patterns(".git"))
+    content = work / "pairrm-next"
+    shutil.copytree(repo, content, ignore=shutil.ignore_patterns(".git"))
     (content / "README.md").write_text((content / "README.md").read_text() + "\nA second commit.\n")
     from presdep.rehearsal.git_repos import publish
 
