@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -120,6 +121,16 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
         outs.append(run.stdout + run.stderr)
         assert run.returncode == 0, outs[-1][-6000:]
     slurm_wall = time.monotonic() - started
+    # Through Slurm: the fetch stage and the first model job, each a group job; the model job's
+    # group asked for a (fake) GPU and Slurm granted it. Asked now, while scontrol still knows the
+    # job (MinJobAge 300 s; without accounting, jobcomp records no GPUs).
+    logs = work / ".snakemake" / "slurm_logs"
+    submitted = {p.stem: p.relative_to(logs).parts[0] for p in logs.rglob("*.log") if p.stem.isdigit()}
+    groups = sorted(submitted.values())
+    assert any(g.startswith("group_fetch") for g in groups) and any(g.startswith("group_models") for g in groups), groups
+    model_job = max((j for j, g in submitted.items() if g.startswith("group_models")), key=int)
+    show = subprocess.run(["scontrol", "show", "job", model_job], capture_output=True, text=True).stdout
+    assert "JobState=COMPLETED" in show and re.search(r"Tres\w*=\S*gres[:/]gpu[:=][1-9]", show), show
     local = subprocess.run(["timeout", str(RUN_TIMEOUT), str(Path(sys.executable).with_name("snakemake")),
                             "--cores", "2", *config, "--", "results/table1.csv"], cwd=work, env=env,
                            capture_output=True, text=True)
@@ -173,15 +184,6 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
     slice_families = {load_yaml(work / "slice.yaml")["variants"][v]["scorer"] for v in SLICE_VARIANTS}
     assert families <= slice_families | {None}, families - slice_families
 
-    # Through Slurm: the fetch stage and the first model job, each a group job; the model job's
-    # group asked for a (fake) GPU.
-    logs = work / ".snakemake" / "slurm_logs"
-    submitted = {p.stem: p.relative_to(logs).parts[0] for p in logs.rglob("*.log") if p.stem.isdigit()}
-    groups = sorted(submitted.values())
-    assert any(g.startswith("group_fetch") for g in groups) and any(g.startswith("group_models") for g in groups), groups
-    model_job = max((j for j, g in submitted.items() if g.startswith("group_models")), key=int)
-    show = subprocess.run(["scontrol", "show", "job", model_job], capture_output=True, text=True).stdout
-    assert not show or "gpu" in show, show  # scontrol forgets a job MinJobAge after it ends
     print(f"rehearsal slice: {sum(ran.values())} jobs, {len(submitted)} sbatch submissions "
           f"({slurm_wall:.0f} s through Slurm), {wall:.0f} s in all")
 
