@@ -225,7 +225,7 @@ def test_hf_parquet_has_the_published_types(written) -> None:
 
 
 def test_hf_folders_load_with_datasets(written, tmp_path: Path) -> None:
-    datasets = pytest.importorskip("datasets")
+    import datasets  # a dependency of presdep (hf_datasets sources)
     root, _ = written
     for section, cid, entry in _entries():
         source = entry["source"]
