@@ -37,7 +37,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from presdep.runtime.models import load_model
-    from presdep.training.lora import add_lora, tiny_causal_lm
+    from presdep.training.lora import add_lora, enable_checkpointing, tiny_causal_lm
     from presdep.training.objectives import OCSFT, QueryList
     from presdep.training.readout_grad import GradReadout
 
@@ -52,7 +52,7 @@ def main() -> None:
     else:
         raise SystemExit(f"no model or tokenizer at {model_dir}: fetch SmolLM2 first (the fetch rule)")
     if model.device.type == "cuda":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     model.config.use_cache = False
     model = add_lora(model, {"r": 16, "alpha": 32, "dropout": 0.05,
                              "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]}, seed=1)

@@ -11,7 +11,6 @@
 
 TEACHERS = CFG.usable_teachers  # name -> Teacher record
 TRAINED = CFG.trained_variants  # name -> Variant record with a student
-_STUDENT_KEYS_OUTSIDE_TRAINING = ("teacher", "train", "heldout", "seeds", "lambda")
 
 
 def _student_name(variant, lam):
@@ -55,13 +54,8 @@ def _student(wc):
 
 def _training_settings(wc):
     """Every behavioural setting of one student run (the lambda list resolved to its value)."""
-    variant, lam, s = _student(wc)
-    out = {k: v for k, v in s.as_dict().items() if k not in _STUDENT_KEYS_OUTSIDE_TRAINING}
-    out["lambda"] = lam
-    out["teacher"] = s.teacher
-    out["teacher_spec"] = TEACHERS[s.teacher].as_dict()
-    out["train"], out["heldout"] = s.train, s.heldout
-    return out
+    variant, lam, _ = _student(wc)
+    return CFG.student_run_settings(variant, lam)
 
 
 def _train_inputs(wc):

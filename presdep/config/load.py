@@ -53,6 +53,16 @@ def apply_replacing_sections(config: dict, user_files: Iterable[str | Path]) -> 
     return config
 
 
+def merge_config_files(paths: Iterable[str | Path], base: str | Path | None = None) -> dict:
+    """The config Snakemake would hold: ``base`` (the Snakefile's ``configfile:``) with each file of
+    ``paths`` merged in recursively, then :func:`apply_replacing_sections`. Not yet validated."""
+    paths = list(paths)
+    config: dict = load_yaml(base) or {} if base is not None else {}
+    for path in paths:
+        config = _merged(config, load_yaml(path) or {})
+    return apply_replacing_sections(config, paths)
+
+
 def _merged(base: Any, extra: Any) -> Any:
     """``extra`` merged into ``base``: mappings key by key, anything else replaced (Snakemake's rule)."""
     if not (isinstance(base, dict) and isinstance(extra, dict)):

@@ -324,9 +324,12 @@ class ScoringRun:
 
 
 # Every setting the training loop reads; their defaults live in the workflow's config schema only.
+# Keys of a student block that name the run's inputs or its set of runs, not how one run trains.
+STUDENT_KEYS_OUTSIDE_TRAINING = ("teacher", "train", "heldout", "seeds", "lambda")
 STUDENT_KEYS = ("objective", "lambda", "lambda_warmup_steps", "n_views", "view_seed_base", "steps", "batch_chunks",
                 "lr", "lr_warmup_ratio", "weight_decay", "betas", "max_grad_norm", "checkpoint_every",
-                "eval_batch_prompts", "debias_eps", "lora", "device", "dtype", "gradient_checkpointing")
+                "eval_batch_prompts", "debias_eps", "lora", "device", "dtype", "gradient_checkpointing",
+                "checkpoint_every_layers", "micro_batch_tokens", "memory_margin", "lora_compute_dtype", "pad_mask")
 
 
 @dataclass(frozen=True)
@@ -354,7 +357,13 @@ class TrainingSettings:
     device: str
     dtype: str
     gradient_checkpointing: bool | str
+    checkpoint_every_layers: int
+    micro_batch_tokens: int | str
+    memory_margin: float
+    lora_compute_dtype: str
+    pad_mask: bool | str
     spec: Mapping[str, Any] = field(repr=False)
+    gpu_mem_gb: float | None = None
 
     def as_dict(self) -> dict:
         """The settings as plain data (resume fingerprints and done.json record them)."""
@@ -369,7 +378,8 @@ class TrainingSettings:
             spec["eval_every"] = spec["checkpoint_every"]
         kw = {k: spec[k] for k in STUDENT_KEYS if k != "lambda"}
         kw["betas"] = tuple(spec["betas"])
-        return cls(lam=spec["lambda"], eval_every=spec["eval_every"], spec=_freeze(spec), **kw)
+        return cls(lam=spec["lambda"], eval_every=spec["eval_every"], gpu_mem_gb=spec.get("gpu_mem_gb"),
+                   spec=_freeze(spec), **kw)
 
     @classmethod
     def checked(cls, d: Mapping[str, Any]) -> TrainingSettings:
@@ -523,6 +533,17 @@ class WorkflowConfig:
     def trained_variants(self) -> dict[str, Variant]:
         """Runnable variants with a ``student:`` block."""
         return {n: v for n, v in self.variants.items() if v.student and not v.skip}
+
+    def student_run_settings(self, variant: str, lam: float) -> dict:
+        """Every behavioural setting of one student run of ``variant``: its ``student:`` block with
+        the lambda list resolved to ``lam``, and its teacher's settings (the train_student job's)."""
+        s = self.trained_variants[variant].student
+        out = {k: v for k, v in s.as_dict().items() if k not in STUDENT_KEYS_OUTSIDE_TRAINING}
+        out["lambda"] = lam
+        out["teacher"] = s.teacher
+        out["teacher_spec"] = self.usable_teachers[s.teacher].as_dict()
+        out["train"], out["heldout"] = s.train, s.heldout
+        return out
 
     @property
     def usable_teachers(self) -> dict[str, Teacher]:

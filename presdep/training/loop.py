@@ -17,7 +17,8 @@ its last checkpoint ends with the same adapter as an uninterrupted run (on the
 same device and software).
 
 ``train_student`` runs its steps in order: set-up (``_set_up``), resume (``_resume``),
-the step loop (``_run_steps``: ``_train_step``, ``_evaluate_heldout``, checkpoints from
+the step loop (``_run_steps``: :func:`presdep.training.train_step.train_step`, its gradient
+accumulated over micro-batches, ``_evaluate_heldout``, checkpoints from
 presdep.training.checkpoints), then the outputs (``_write_outputs``).
 """
 
@@ -28,7 +29,6 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from presdep import __version__
 from presdep.config.records import STUDENT_KEYS, Protocol, TrainingSettings, thaw
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
+from presdep.contracts.presentations import chunk_positions, stable_seed
 from presdep.contracts.schemas import atomic_write, read_metadata, read_table, write_dir_atomic, write_text_atomic
 from presdep.metrics.quality import ndcg_runs, qrels_to_dict
 from presdep.runtime.models import load_model
@@ -51,23 +51,32 @@ from presdep.training.checkpoints import (
     run_fingerprint,
     write_checkpoint,
 )
-from presdep.training.lora import add_lora, save_adapter
+from presdep.training.lora import add_lora, enable_checkpointing, save_adapter
+from presdep.training.micro_batches import checkpointing_on, pad_mask_on
 from presdep.training.objectives import (
     VIEW_SEED_RULE,
     Objective,
     QueryList,
-    TrainItem,
     build_queries,
     make_objective,
     slot_propensity_weights,
     view_seeds_for,
 )
 from presdep.training.readout_grad import GradReadout, ReadoutScorer
+from presdep.training.train_step import (
+    EpochItems,
+    HeldOut,
+    TrainState,
+    batch_for_step,
+    epoch_order,
+    train_step,
+)
 
 log = logging.getLogger(__name__)
 
 LOG_COLUMNS = ("step", "epoch", "loss", "supervised", "consistency", "lambda", "lr", "grad_norm", "tokens",
-               "seconds", "heldout_ndcg10", "heldout_score_std")
+               "padded_tokens", "micro_batches", "seconds", "heldout_ndcg10", "heldout_score_std")
+_INT_COLUMNS = ("step", "epoch", "tokens", "padded_tokens", "micro_batches")
 
 
 # ----------------------------------------------------------------- data
@@ -88,20 +97,6 @@ def silver_label_maps(silver: pl.DataFrame) -> tuple[dict, dict]:
         k1[key] = None if a is None or math.isnan(a) else float(a)
         k10[key] = None if m is None or math.isnan(m) else float(m)
     return k1, k10
-
-
-def epoch_order(seed: int, epoch: int, n_chunks: int) -> list[int]:
-    """The item order of ``epoch``: a stable shuffle keyed by (seed, epoch)."""
-    return random_shuffle(list(range(n_chunks)), stable_seed(int(seed), "epoch", int(epoch)))
-
-
-def batch_for_step(seed: int, step: int, batch_chunks: int, n_items: int) -> list[tuple[int, int]]:
-    """(epoch, item index) pairs of 0-based ``step``: a stream of epoch permutations."""
-    out = []
-    for k in range(step * batch_chunks, (step + 1) * batch_chunks):
-        epoch, i = divmod(k, n_items)
-        out.append((epoch, epoch_order(seed, epoch, n_items)[i]))
-    return out
 
 
 def heldout_eval(
@@ -131,11 +126,6 @@ def lr_warmup_steps(steps: int, ratio: float) -> int:
     return int(math.ceil(float(ratio) * int(steps)))
 
 
-def _lr_at(step: int, lr: float, warmup: int) -> float:
-    """The learning rate of 0-based ``step``: linear warm-up over ``warmup`` steps, then constant."""
-    return lr * min(1.0, (step + 1) / warmup) if warmup > 0 else lr
-
-
 def build_objective(s: TrainingSettings, *, B: int, seed: int, queries: Sequence[QueryList],
                     train_qrels: pl.DataFrame | None) -> tuple[Objective, list[int]]:
     """The objective of settings ``s`` for training seed ``seed`` and its view seeds."""
@@ -157,57 +147,6 @@ def build_objective(s: TrainingSettings, *, B: int, seed: int, queries: Sequence
 # ----------------------------------------------------------------- training
 
 
-@dataclass
-class EpochItems:
-    """The objective's training items, one epoch held at a time (a step spans at most two)."""
-
-    objective: Objective
-    queries: list[QueryList]
-    cache: dict[int, list[TrainItem]] = field(default_factory=dict)
-
-    def __call__(self, epoch: int) -> list[TrainItem]:
-        if epoch not in self.cache:
-            self.cache.clear()
-            self.cache[epoch] = self.objective.items(self.queries, epoch)
-        return self.cache[epoch]
-
-
-@dataclass
-class TrainState:
-    """One run: its settings, data and objective, the LoRA model and optimiser, and its progress."""
-
-    s: TrainingSettings
-    out_dir: Path
-    B: int
-    seed: int
-    max_doc_chars: int | None
-    device: torch.device
-    queries: list[QueryList]
-    objective: Objective
-    view_seeds: list[int]
-    n_labelled: int
-    items_of: EpochItems
-    n_items: int
-    model: Any  # the base model wrapped with LoRA adapters (peft)
-    readout: GradReadout
-    params: list[torch.nn.Parameter]
-    optimizer: torch.optim.Optimizer
-    warmup: int
-    rows: list[dict] = field(default_factory=list)
-    heldout_rows: list[dict] = field(default_factory=list)
-    start: int = 0
-    resumed: bool = False
-
-
-@dataclass
-class HeldOut:
-    """The held-out split and the scorer that evaluates the student on it."""
-
-    scorer: ReadoutScorer
-    candidates: pl.DataFrame
-    qrels: pl.DataFrame
-
-
 def _training_data(s: TrainingSettings, *, B: int, seed: int, silver: pl.DataFrame, train_candidates: pl.DataFrame,
                    train_qrels: pl.DataFrame | None,
                    objective: Objective | None) -> tuple[list[QueryList], Objective, list[int], int]:
@@ -227,8 +166,8 @@ def _training_data(s: TrainingSettings, *, B: int, seed: int, silver: pl.DataFra
 def _lora_model(model: Any, tokenizer: Any, s: TrainingSettings, *, seed: int, max_doc_chars: int | None,
                 device: torch.device) -> tuple[Any, GradReadout, list[torch.nn.Parameter], torch.optim.Optimizer]:
     """The base model wrapped with fresh LoRA adapters, its gradient readout, trainable parameters and AdamW."""
-    if s.gradient_checkpointing is True or (s.gradient_checkpointing == "auto" and device.type == "cuda"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if checkpointing_on(s, device.type):
+        enable_checkpointing(model, s.checkpoint_every_layers)
     model.config.use_cache = False
     peft_model = add_lora(model, thaw(s.lora), seed)
     readout = GradReadout(peft_model, tokenizer, max_doc_chars=max_doc_chars)
@@ -256,7 +195,8 @@ def _set_up(model: Any, tokenizer: Any, *, student: TrainingSettings, out_dir: s
     return TrainState(s=s, out_dir=out_dir, B=B, seed=seed, max_doc_chars=max_doc_chars, device=device,
                       queries=queries, objective=objective, view_seeds=view_seeds, n_labelled=n_labelled,
                       items_of=items_of, n_items=n_items, model=peft_model, readout=readout, params=params,
-                      optimizer=optimizer, warmup=lr_warmup_steps(s.steps, s.lr_warmup_ratio))
+                      optimizer=optimizer, warmup=lr_warmup_steps(s.steps, s.lr_warmup_ratio),
+                      checkpointing=checkpointing_on(s, device.type), masked=pad_mask_on(s, device.type))
 
 
 def _resume(run: TrainState, frames: Sequence[pl.DataFrame | None]) -> None:
@@ -279,50 +219,8 @@ def _heldout(run: TrainState, tokenizer: Any, candidates: pl.DataFrame | None,
     if candidates is None or qrels is None:
         return None
     scorer = ReadoutScorer(run.model, tokenizer, name="student", max_doc_chars=run.max_doc_chars,
-                           batch_prompts=int(run.s.eval_batch_prompts))
+                           batch_prompts=int(run.s.eval_batch_prompts), masked=run.masked)
     return HeldOut(scorer, candidates, qrels)
-
-
-def _step_batch(run: TrainState, picks: Sequence[tuple[int, int]]) -> list[TrainItem]:
-    """The training items of a step's (epoch, item index) picks."""
-    batch = []
-    for e, i in picks:
-        its = run.items_of(e)
-        if len(its) != run.n_items:
-            raise RuntimeError(f"epoch {e} has {len(its)} training items, epoch 0 had {run.n_items}")
-        batch.append(its[i])
-    return batch
-
-
-def _train_step(run: TrainState, step: int) -> tuple[dict, float]:
-    """One optimiser step (0-based ``step``); returns its train-log row (held-out columns empty) and its loss."""
-    s = run.s
-    t0 = time.perf_counter()
-    for g in run.optimizer.param_groups:
-        g["lr"] = _lr_at(step, float(s.lr), run.warmup)
-    picks = batch_for_step(run.seed, step, s.batch_chunks, run.n_items)
-    batch = _step_batch(run, picks)
-    prompts = [(run.queries[it.query].query, [run.queries[it.query].docs[i] for i in view])
-               for it in batch for view in it.views]
-    built = run.readout.build(prompts)
-    flat = run.readout.expected_from_built(built)
-    scores, k = [], 0
-    for it in batch:
-        scores.append(flat[k : k + len(it.views)])
-        k += len(it.views)
-    loss, parts = run.objective.loss(run.queries, batch, scores, step)
-    run.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    gnorm = torch.nn.utils.clip_grad_norm_(run.params, float(s.max_grad_norm))
-    run.optimizer.step()
-    row = {
-        "step": step + 1, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
-        "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
-        "lr": run.optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
-        "tokens": sum(len(b.ids) for b in built), "seconds": time.perf_counter() - t0,
-        "heldout_ndcg10": None, "heldout_score_std": None,
-    }
-    return row, parts["loss"]
 
 
 def _evaluate_heldout(run: TrainState, heldout: HeldOut, row: dict) -> None:
@@ -341,7 +239,7 @@ def _run_steps(run: TrainState, heldout: HeldOut | None, on_step: Callable[[int]
     run.model.train()
     with tqdm(total=s.steps, initial=run.start, desc=f"train {s.objective} seed{run.seed}", unit="step") as bar:
         for step in range(run.start, s.steps):
-            row, loss = _train_step(run, step)
+            row, loss = train_step(run, step)
             done_steps = step + 1
             last = done_steps == s.steps
             if heldout is not None and (done_steps % s.eval_every == 0 or last):
@@ -363,7 +261,7 @@ def _view_seed_rule(run: TrainState) -> str:
 
 def _write_logs(run: TrainState) -> None:
     """train_log.parquet (its metadata: seed, view seeds, objective) and heldout.parquet."""
-    schema = {c: (pl.Int64 if c in ("step", "epoch", "tokens") else pl.Float64) for c in LOG_COLUMNS}
+    schema = {c: (pl.Int64 if c in _INT_COLUMNS else pl.Float64) for c in LOG_COLUMNS}
     log_df = pl.DataFrame([{c: r.get(c) for c in LOG_COLUMNS} for r in run.rows], schema=schema)
     # The log carries its run's view seeds, so a log read alone says which views trained it.
     log_meta = {"seed": str(int(run.seed)), "view_seeds": json.dumps(run.view_seeds), "objective": run.s.objective,

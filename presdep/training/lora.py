@@ -29,6 +29,18 @@ def lora_settings(spec: Mapping[str, Any] | None) -> dict:
     return out
 
 
+def enable_checkpointing(model: Any, every_n_layers: int = 1) -> None:
+    """Activation checkpointing of every n-th decoder layer, through transformers' current API."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=int(every_n_layers))
+    elif int(every_n_layers) == 1:  # transformers before activation_checkpointing_enable
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise InvalidInput(f"checkpoint_every_layers: {every_n_layers} needs transformers' "
+                           "activation_checkpointing_enable(every_n_layers=...); this version checkpoints all or none")
+
+
 def add_lora(model: Any, spec: Mapping[str, Any] | None, seed: int) -> Any:
     """Wrap ``model`` with fresh LoRA adapters (initialised under ``seed``); base frozen."""
     from peft import LoraConfig, get_peft_model
@@ -192,6 +204,6 @@ def tiny_causal_lm(tokenizer: Any, seed: int = 0, *, layers: int = 2, hidden: in
 
 
 __all__ = [
-    "LORA_KEYS", "lora_settings", "add_lora", "adapter_state", "load_adapter_state",
+    "LORA_KEYS", "lora_settings", "enable_checkpointing", "add_lora", "adapter_state", "load_adapter_state",
     "save_adapter", "canonicalise_adapter_dir", "load_adapter", "tiny_causal_lm",
 ]

@@ -173,15 +173,31 @@ class Objective:
         """Per document (first-stage order) weight of its supervised error; None = all 1."""
         return None
 
+    def normalizers(self, queries: Sequence[QueryList], batch: Sequence[TrainItem]) -> dict[str, int]:
+        """The step's denominators, from its items alone: labelled supervised slots, and the
+        documents of the supervised views (OC-SFT's consistency mean). A micro-batch's loss divides
+        by the whole step's, so the micro-batches' gradients add up to the unsplit step's."""
+        labelled = 0
+        for item in batch:
+            _, mask = self.labels(queries[item.query])
+            labelled += int(mask[torch.as_tensor(item.views[0])].sum())
+        return {"labelled": labelled, "docs": sum(len(item.views[0]) for item in batch)}
+
     def loss(
         self,
         queries: Sequence[QueryList],
         batch: Sequence[TrainItem],
         scores: Sequence[Sequence[torch.Tensor]],
         step: int,
+        norms: Mapping[str, int] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """``scores[i][v][s]`` is the student's E[g] of document ``batch[i].views[v][s]`` at slot s."""
-        sup_sum, n_labelled = None, 0
+        """``scores[i][v][s]`` is the student's E[g] of document ``batch[i].views[v][s]`` at slot s.
+
+        ``norms``: the whole step's :meth:`normalizers` when ``batch`` is one micro-batch of it
+        (default: this batch's own); every loss term is a sum over items divided by them.
+        """
+        norms = self.normalizers(queries, batch) if norms is None else norms
+        sup_sum = None
         for item, iscores in zip(batch, scores):
             q = queries[item.query]
             y, mask = self.labels(q)
@@ -193,15 +209,14 @@ class Objective:
                 err = err * w.to(s.device)[idx]
             m = mask.to(s.device)[idx]
             term = err[m].sum()
-            n_labelled += int(m.sum())
             sup_sum = term if sup_sum is None else sup_sum + term
-        sup = sup_sum / max(n_labelled, 1)
-        total, parts = self.extra(sup, batch, scores, step)
+        sup = sup_sum / max(int(norms["labelled"]), 1)
+        total, parts = self.extra(sup, batch, scores, step, norms)
         parts["supervised"] = float(sup.detach())
         parts["loss"] = float(total.detach())
         return total, parts
 
-    def extra(self, sup, batch, scores, step) -> tuple[torch.Tensor, dict]:
+    def extra(self, sup, batch, scores, step, norms) -> tuple[torch.Tensor, dict]:
         return sup, {}
 
     def describe(self) -> dict:
@@ -271,17 +286,16 @@ class OCSFT(Objective):
                 out.append(TrainItem(qi, (a, b)))
         return out
 
-    def extra(self, sup, batch, scores, step):
+    def extra(self, sup, batch, scores, step, norms):
         lam_t = lambda_at(step, self.lam, self.warmup_steps)
-        sq, n_docs = None, 0
+        sq = None
         for item, (sa, sb) in zip(batch, scores):
             # Key both views by document: position of each document in view B.
             pos_b = {d: k for k, d in enumerate(item.views[1])}
             perm = torch.as_tensor([pos_b[d] for d in item.views[0]], device=sb.device)
             term = ((sa - sb[perm]) ** 2).sum()
             sq = term if sq is None else sq + term
-            n_docs += sa.numel()
-        cons = sq / max(n_docs, 1)
+        cons = sq / max(int(norms["docs"]), 1)
         # lambda_t = 0 leaves the graph of the supervised term alone (bitwise single-view training).
         total = sup + lam_t * cons if lam_t > 0 else sup
         return total, {"consistency": float(cons.detach()), "lambda": lam_t}

@@ -50,25 +50,27 @@ class GradReadout:
     def build(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[PromptIds]:
         return [self.builder.build(q, list(d)) for q, d in prompts]
 
-    def grade_logits(self, built: Sequence[PromptIds]) -> list[torch.Tensor]:
+    def grade_logits(self, built: Sequence[PromptIds], *, masked: bool = True) -> list[torch.Tensor]:
         """Per prompt, a (n_docs, 4) float32 tensor of grade-token logits at the read positions.
 
         The scoring readout's own differentiable :func:`presdep.scoring.readout.slot_grade_logits`
-        on a right-padded batch (:func:`presdep.scoring.readout.pad_batch`).
+        on a right-padded batch (:func:`presdep.scoring.readout.pad_batch`). ``masked`` False
+        drops the padding mask: exact for right padding (real tokens never attend to a pad, and
+        only real rows are read), and SDPA keeps its causal fast path.
         """
         lm = _causal_lm(self.model)
         device = next(self.model.parameters()).device
         ids, mask, reads, _ = pad_batch(list(built), self.pad_id, device)
-        logits = slot_grade_logits(lm, ids, mask, reads, self.grade_ids)
+        logits = slot_grade_logits(lm, ids, mask if masked else None, reads, self.grade_ids)
         return [logits[i, : len(p.read_positions)].float() for i, p in enumerate(built)]
 
     def expected_grades(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[torch.Tensor]:
         """E[g] per document of each prompt (prompt order = slot order), differentiable."""
         return self.expected_from_built(self.build(prompts))
 
-    def expected_from_built(self, built: Sequence[PromptIds]) -> list[torch.Tensor]:
+    def expected_from_built(self, built: Sequence[PromptIds], *, masked: bool = True) -> list[torch.Tensor]:
         outs = []
-        for logits in self.grade_logits(built):
+        for logits in self.grade_logits(built, masked=masked):
             p = torch.softmax(logits, dim=-1)
             g = torch.tensor(GRADE_VALUES, dtype=p.dtype, device=p.device)
             outs.append(p @ g)
@@ -86,31 +88,35 @@ class ReadoutScorer(PromptScorer):
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "readout", max_doc_chars: int | None = None,
-                 batch_prompts: int = 8):
+                 batch_prompts: int = 8, masked: bool = True):
         self.name = name
         self.readout = GradReadout(model, tokenizer, max_doc_chars=max_doc_chars)
         self.batch_prompts = int(batch_prompts)
+        self.masked = bool(masked)
         self.template_sha256 = self.readout.template_sha256
 
     def describe(self) -> dict:
         return {"scorer": self.name, "template_sha256": self.template_sha256}
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
+        """Read as the scorer does: prompts sorted by length (little padding), results in input order."""
         was_training = self.readout.model.training
         self.readout.model.eval()
-        out: list[list[GradeReadout]] = []
+        built = self.readout.build(prompts)
+        order = sorted(range(len(built)), key=lambda i: (len(built[i].ids), i))
+        out: list[list[GradeReadout] | None] = [None] * len(built)
         try:
-            for start in range(0, len(prompts), self.batch_prompts):
-                built = self.readout.build(prompts[start : start + self.batch_prompts])
-                for logits in self.readout.grade_logits(built):
+            for start in range(0, len(order), self.batch_prompts):
+                part = order[start : start + self.batch_prompts]
+                for i, logits in zip(part, self.readout.grade_logits([built[i] for i in part], masked=self.masked)):
                     p = torch.softmax(logits.double(), dim=-1).cpu()
                     e = (p @ torch.tensor(GRADE_VALUES, dtype=torch.float64)).tolist()
-                    out.append([GradeReadout(float(s), tuple(float(x) for x in row)) for s, row in zip(e, p.tolist())])
+                    out[i] = [GradeReadout(float(s), tuple(float(x) for x in row)) for s, row in zip(e, p.tolist())]
         finally:
             if was_training:
                 self.readout.model.train()
-        return out
+        return out  # type: ignore[return-value]
 
 
 __all__ = ["GradReadout", "ReadoutScorer", "GRADE_VALUES"]

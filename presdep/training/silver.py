@@ -19,28 +19,48 @@ scoring package's ``transformers`` scorer) or ``hosted`` (integer grades from a
 chat endpoint, :mod:`presdep.training.hosted`). A hosted job whose failures exceed
 the configured shares raises before anything is written (:func:`failure_gate`);
 the parse failures it tolerates are counted in the output metadata.
+
+Reading and resuming (:mod:`presdep.training.silver_partial`): prompts are read in
+batches of similar length (longest first, cut by a character budget and a prompt
+count); scores are mapped back to the prompts' own order, so the table does not
+depend on the batching. The job flushes each finished batch to ``<out>.partial/``
+(one Arrow IPC file per batch, written atomically, under a fingerprint of the
+inputs and settings), so a job killed at any point repeats at most the batch in
+flight; the final file is assembled from the batch files, written atomically, equals
+an uninterrupted run's byte for byte (for a hosted teacher, its ``usage`` counts say
+which replies came from the reply cache), and the folder is then removed. A hosted
+job stopped by the failure gate keeps its batches without failures and drops the
+others, so a re-run asks only those again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from typing import Any, Callable, Sequence
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 from tqdm.auto import tqdm
 
-from presdep import scoring
+from presdep import __version__, scoring
 from presdep.config.records import TEACHER_KINDS, PromptSettings, Protocol, ScoringRun, Teacher, Variant, thaw
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
-from presdep.contracts.schemas import read_table, write_table
+from presdep.contracts.schemas import content_digest, read_table, write_table
+from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.template import prepare_doc
+from presdep.training import silver_partial as sp
 
 log = logging.getLogger(__name__)
 
 # (query, docs) prompts -> per prompt a list of scores (None = failed prompt)
 PromptScorer = Callable[[Sequence[tuple[str, Sequence[str]]]], list[list[float] | None]]
+
+CANDIDATE_COLUMNS = ("query_id", "query", "doc_id", "doc", "first_stage_rank")
 
 
 def teacher_orders(n: int, *, seed: int, dataset: str, query_id: str, T: int) -> list[list[int]]:
@@ -49,19 +69,9 @@ def teacher_orders(n: int, *, seed: int, dataset: str, query_id: str, T: int) ->
     return [random_shuffle(base, stable_seed(int(seed), dataset, str(query_id), "teacher", t)) for t in range(T)]
 
 
-def silver_labels(
-    candidates: pl.DataFrame,
-    score_prompts: PromptScorer,
-    *,
-    teacher: str,
-    dataset: str,
-    T: int,
-    B: int,
-    seed: int,
-    max_doc_chars: int | None,
-    batch_prompts: int = 64,
-) -> pl.DataFrame:
-    """The ``silver`` table (query_id, doc_id, teacher, presentation, score, label_k1, label)."""
+def silver_prompts(candidates: pl.DataFrame, *, dataset: str, T: int, B: int, seed: int,
+                   max_doc_chars: int | None) -> tuple[list[tuple[str, int, list[str]]], list[tuple[str, list[str]]]]:
+    """(layout, prompts): per prompt its (query id, shuffle, doc ids) and its (query, prepared docs)."""
     if T < 1:
         raise InvalidInput(f"T must be >= 1, got {T}")
     layout: list[tuple[str, int, list[str]]] = []
@@ -75,24 +85,77 @@ def silver_labels(
                 idx = [pres[p] for p in pos]
                 layout.append((str(qid), t, [ids[i] for i in idx]))
                 prompts.append((query, [docs[i] for i in idx]))
-    results: list = []
-    with tqdm(total=len(prompts), desc=f"silver {teacher} {dataset}", unit="prompt") as bar:
-        for start in range(0, len(prompts), batch_prompts):
-            part = prompts[start : start + batch_prompts]
-            results += score_prompts(part)
-            bar.update(len(part))
-    if len(results) != len(prompts):
-        raise RuntimeError(f"teacher returned {len(results)} results for {len(prompts)} prompts")
-    rows: dict[str, list] = {"query_id": [], "doc_id": [], "presentation": [], "score": []}
-    for (qid, t, ids), res in zip(layout, results):
+    return layout, prompts
+
+
+def silver_batches(prompts: Sequence[tuple[str, Sequence[str]]], *, batch_prompts: int = sp.BATCH_PROMPTS,
+                   batch_chars: int = sp.BATCH_CHARS) -> list[list[int]]:
+    """The job's batch plan: prompt indices, by length (see :func:`silver_partial.plan_batches`)."""
+    return sp.plan_batches([sp.prompt_chars(q, d) for q, d in prompts], max_prompts=batch_prompts,
+                           max_chars=batch_chars)
+
+
+def _batch_rows(batch: Sequence[int], layout: Sequence[tuple[str, int, list[str]]],
+                results: Sequence[list[float] | None] | None) -> pl.DataFrame:
+    """The batch's rows (prompt index, query, doc, shuffle, score); scores null without ``results``."""
+    rows: dict[str, list] = {"prompt": [], "query_id": [], "doc_id": [], "presentation": [], "score": []}
+    for j, p in enumerate(batch):
+        qid, t, ids = layout[p]
+        res = None if results is None else results[j]
         if res is not None and len(res) != len(ids):
             raise RuntimeError(f"teacher returned {len(res)} scores for a prompt of {len(ids)} documents")
         for k, d in enumerate(ids):
+            rows["prompt"].append(p)
             rows["query_id"].append(qid)
             rows["doc_id"].append(d)
             rows["presentation"].append(t)
             rows["score"].append(None if res is None else float(res[k]))
-    df = pl.DataFrame(rows, schema={"query_id": pl.String, "doc_id": pl.String, "presentation": pl.Int32, "score": pl.Float64})
+    return pl.DataFrame(rows, schema=sp.ROW_SCHEMA)
+
+
+def label_batches(candidates: pl.DataFrame, score_prompts: PromptScorer, *, teacher: str, dataset: str, T: int,
+                  B: int, seed: int, max_doc_chars: int | None, batch_prompts: int = sp.BATCH_PROMPTS,
+                  batch_chars: int = sp.BATCH_CHARS, partial: Path | None = None,
+                  take_stats: Callable[[], dict] | None = None) -> tuple[pl.DataFrame, list[dict | None]]:
+    """The ``silver`` table and each batch's stats (``take_stats()`` after the batch; None without it).
+
+    With ``partial`` (a folder from :func:`presdep.runtime.resume.resume_dir`), batches found
+    there are not read again and each batch read is flushed there; the table is then
+    assembled from the folder's files, so a resumed and an uninterrupted run agree.
+    """
+    layout, prompts = silver_prompts(candidates, dataset=dataset, T=T, B=B, seed=seed, max_doc_chars=max_doc_chars)
+    plan = silver_batches(prompts, batch_prompts=batch_prompts, batch_chars=batch_chars)
+    done = sp.done_batches(partial, len(plan)) if partial is not None else set()
+    n_done = sum(len(plan[k]) for k in done)
+    if done:
+        log.info("silver %s/%s: resuming from %s: %d of %d batches (%d of %d prompts) already read",
+                 teacher, dataset, partial, len(done), len(plan), n_done, len(prompts))
+    frames: list[pl.DataFrame] = []
+    stats: list[dict | None] = []
+    with tqdm(total=len(prompts), initial=n_done, desc=f"silver {teacher} {dataset}", unit="prompt") as bar:
+        for k, batch in enumerate(plan):
+            if k in done:
+                frames.append(sp.read_batch(partial, k, _batch_rows(batch, layout, None)))
+                stats.append(sp.read_stats(partial, k))
+                continue
+            results = score_prompts([prompts[p] for p in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"teacher returned {len(results)} results for {len(batch)} prompts")
+            rows = _batch_rows(batch, layout, results)
+            stats.append(take_stats() if take_stats is not None else None)
+            if partial is not None:
+                sp.write_batch(partial, k, rows, stats[-1])
+                rows = sp.read_batch(partial, k, rows)  # the table is built from the files, resumed or not
+            frames.append(rows)
+            bar.update(len(batch))
+    return _silver_table(frames, teacher), stats
+
+
+def _silver_table(frames: list[pl.DataFrame], teacher: str) -> pl.DataFrame:
+    # Back in prompt order (a stable sort: slots stay in order), so the labels' sums run
+    # over the same rows in the same order whatever the batching.
+    df = (pl.concat(frames) if frames else pl.DataFrame(schema=sp.ROW_SCHEMA)).sort("prompt", maintain_order=True)
+    df = df.drop("prompt")
     labels = df.group_by("query_id", "doc_id").agg(
         pl.col("score").filter(pl.col("presentation") == 0).first().alias("label_k1"),
         pl.col("score").drop_nulls().mean().alias("label"),
@@ -102,7 +165,33 @@ def silver_labels(
         .with_columns(pl.lit(teacher).alias("teacher"))
         .select("query_id", "doc_id", "teacher", "presentation", "score", "label_k1", "label")
         .sort("query_id", "presentation", "doc_id")
+        .rechunk()
     )
+
+
+def silver_labels(
+    candidates: pl.DataFrame,
+    score_prompts: PromptScorer,
+    *,
+    teacher: str,
+    dataset: str,
+    T: int,
+    B: int,
+    seed: int,
+    max_doc_chars: int | None,
+    batch_prompts: int = sp.BATCH_PROMPTS,
+    batch_chars: int = sp.BATCH_CHARS,
+    partial: Path | None = None,
+) -> pl.DataFrame:
+    """The ``silver`` table (query_id, doc_id, teacher, presentation, score, label_k1, label).
+
+    The teacher gets the prompts in length-sorted batches of at most ``batch_prompts`` prompts
+    and ``batch_chars`` characters (:func:`silver_batches`); with ``partial`` the batches are
+    flushed there and the ones found there are not read again (see :func:`label_batches`).
+    """
+    return label_batches(candidates, score_prompts, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
+                         max_doc_chars=max_doc_chars, batch_prompts=batch_prompts, batch_chars=batch_chars,
+                         partial=partial)[0]
 
 
 def open_weight_prompt_scorer(scorer: Any) -> PromptScorer:
@@ -134,6 +223,24 @@ def make_open_weight_scorer(model_dir: str | os.PathLike, *, max_doc_chars: int 
     )
 
 
+def silver_fingerprint(candidates: pl.DataFrame, meta: dict, protocol: Protocol, *, batch_prompts: int,
+                       batch_chars: int) -> str:
+    """Everything the reads of a job depend on: a resume folder is reused only when it matches."""
+    missing = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
+    if missing:
+        raise InvalidInput(f"candidates lack the column(s) {missing}; have {candidates.columns}")
+    cand = candidates.select(*CANDIDATE_COLUMNS).sort("query_id", "first_stage_rank")
+    fp = {
+        "presdep_version": __version__,
+        "candidates_sha256": content_digest(cand, b"silver candidates"),
+        **{k: meta.get(k) for k in ("teacher", "teacher_kind", "dataset", "T", "B", "seed", "teacher_spec",
+                                    "readout", "template_sha256", "mock")},
+        "max_doc_chars": protocol.max_doc_chars, "rubric": protocol.rubric, "instruction": protocol.instruction,
+        "batches": sp.plan_settings(batch_prompts, batch_chars),
+    }
+    return json.dumps(fp, sort_keys=True, default=str)
+
+
 def silver_labels_files(
     *,
     candidates_path: str | os.PathLike,
@@ -146,6 +253,8 @@ def silver_labels_files(
     threads: int | None = None,
     scorer: Any = None,
     client: Any = None,
+    batch_prompts: int | None = None,
+    batch_chars: int = sp.BATCH_CHARS,
 ) -> pl.DataFrame:
     """The ``silver_labels`` job: label a training dataset's candidates with one teacher.
 
@@ -153,18 +262,23 @@ def silver_labels_files(
     every endpoint setting in its spec); ``protocol`` is the training dataset's (B, seed,
     max_doc_chars, rubric, instruction). A hosted teacher whose failures exceed the
     configured shares raises :class:`presdep.training.hosted.HostedFailure` and
-    writes nothing.
+    writes nothing. Finished batches wait in ``<out_path>.partial/`` until the file is
+    written, so a killed job resumes where it stopped (see the module docstring).
     """
     teacher_spec, kind, T = thaw(teacher.spec), teacher.kind, teacher.T
+    # The teacher's setting (the config schema's default), unless the caller gives one.
+    batch_prompts = int(batch_prompts or teacher_spec.get("batch_prompts") or sp.BATCH_PROMPTS)
     B, seed, max_doc_chars = protocol.B, protocol.seed, protocol.max_doc_chars
     rubric, instruction = protocol.rubric, protocol.instruction
     teacher = teacher.name
+    out_path = Path(out_path)
     candidates = read_table(candidates_path, "candidates")
     meta: dict[str, Any] = {
         "teacher": teacher, "teacher_kind": kind, "dataset": dataset, "T": T, "B": B, "seed": seed,
         "presentations": "shuffles 0..T-1 seeded stable_seed(seed, dataset, query_id, 'teacher', t)",
         "labels": {"label_k1": "score under shuffle 0", "label": "mean of the non-null scores over shuffles 0..T-1"},
     }
+    take_stats = grader = None
     if kind == "open_weight":
         if threads:
             import torch
@@ -179,10 +293,8 @@ def silver_labels_files(
         describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
         meta.update(teacher_spec={k: v for k, v in teacher_spec.items()}, readout=describe, mock=False,
                     template_sha256=getattr(scorer, "template_sha256", None))
-        df = silver_labels(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
-                           max_doc_chars=max_doc_chars)
     else:
-        from presdep.training.hosted import HOSTED_OPTIONAL, HOSTED_REQUIRED, HostedGrader, failure_gate
+        from presdep.training.hosted import HOSTED_OPTIONAL, HOSTED_REQUIRED, HostedGrader
 
         if cache_dir is None:
             raise InvalidInput(f"hosted teacher {teacher!r} needs a cache_dir")
@@ -193,30 +305,56 @@ def silver_labels_files(
             return [None if r.grades is None else [float(g) for g in r.grades]
                     for r in grader.grade_many(prompts, desc=f"silver {teacher}")]
 
-        df = silver_labels(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
-                           max_doc_chars=max_doc_chars)
-        stats = grader.stats.as_dict()
-        log.info("teacher %s usage: %s", teacher, {k: v for k, v in stats.items() if k != "first_error"})
-        # Raises (nothing written) when more prompts failed than the settings allow.
-        failure_gate(stats, grader.settings, f"teacher {teacher!r} on {dataset!r} ({grader.endpoint})")
-        meta.update(teacher_spec=grader.describe(), usage=stats, mock=grader.mock,
-                    template_sha256=grader.template.sha256,
-                    parse_failures=int(stats["failures"].get("parse", 0)),
-                    transport_failures=int(stats["failures"].get("transport", 0)))
-        if grader.mock:
-            meta["note"] = "MOCK teacher: offline stand-in grades, not a real model"
-        if stats["prompts_failed"]:
-            log.warning("teacher %s: %d of %d prompts failed within the allowed shares (%s); their scores are null",
-                        teacher, stats["prompts_failed"], stats["prompts"], stats["failures"])
+        seen: dict = {}
+
+        def take_stats() -> dict:
+            # The batch's own counts: a resumed job sums them over every batch, read or resumed.
+            now = grader.stats.as_dict()
+            delta = sp.stats_delta(now, seen)
+            seen.clear()
+            seen.update(now)
+            return delta
+
+        meta.update(teacher_spec=grader.describe(), mock=grader.mock, template_sha256=grader.template.sha256)
+    fingerprint = silver_fingerprint(candidates, meta, protocol, batch_prompts=batch_prompts, batch_chars=batch_chars)
+    partial = resume_dir(partial_dir(out_path), fingerprint)
+    df, batch_stats = label_batches(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
+                                    max_doc_chars=max_doc_chars, batch_prompts=batch_prompts,
+                                    batch_chars=batch_chars, partial=partial, take_stats=take_stats)
+    if grader is not None:
+        _hosted_gate(grader, batch_stats, meta, partial, teacher=teacher, dataset=dataset)
     n_null = int(df["score"].null_count())
     meta["null_scores"] = n_null
     write_table(df, out_path, "silver", params={"teacher": teacher, "dataset": dataset, "T": T, "B": B,
                                                  "seed": seed, "max_doc_chars": max_doc_chars}, **meta)
+    shutil.rmtree(partial)
     log.info("silver %s/%s: %d rows, %d null scores", teacher, dataset, df.height, n_null)
     return df
 
 
+def _hosted_gate(grader: Any, batch_stats: list[dict | None], meta: dict, partial: Path, *, teacher: str,
+                 dataset: str) -> None:
+    """The hosted usage over every batch into ``meta``; raises (nothing written) when more
+    prompts failed than the settings allow, dropping the batches that hold failures first."""
+    from presdep.training.hosted import HostedFailure, HostedStats, failure_gate
+
+    stats = sp.merge_stats([HostedStats().as_dict(), *batch_stats])
+    log.info("teacher %s usage: %s", teacher, {k: v for k, v in stats.items() if k != "first_error"})
+    try:
+        failure_gate(stats, grader.settings, f"teacher {teacher!r} on {dataset!r} ({grader.endpoint})")
+    except HostedFailure:
+        sp.drop_failed_batches(partial, len(batch_stats))
+        raise
+    meta.update(usage=stats, parse_failures=int(stats["failures"].get("parse", 0)),
+                transport_failures=int(stats["failures"].get("transport", 0)))
+    if grader.mock:
+        meta["note"] = "MOCK teacher: offline stand-in grades, not a real model"
+    if stats["prompts_failed"]:
+        log.warning("teacher %s: %d of %d prompts failed within the allowed shares (%s); their scores are null",
+                    teacher, stats["prompts_failed"], stats["prompts"], stats["failures"])
+
+
 __all__ = [
-    "TEACHER_KINDS", "teacher_orders", "silver_labels", "open_weight_prompt_scorer",
-    "make_open_weight_scorer", "silver_labels_files",
+    "TEACHER_KINDS", "teacher_orders", "silver_prompts", "silver_batches", "label_batches", "silver_labels",
+    "open_weight_prompt_scorer", "make_open_weight_scorer", "silver_fingerprint", "silver_labels_files",
 ]

@@ -6,8 +6,12 @@ The expectations are written here from ../shared/METHODS.md (v2), sections "Popu
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import yaml
@@ -263,3 +267,23 @@ def test_every_catalogue_entry_has_a_fetch_rule(paper_dry_run, local_copies_dry_
     assert set(local) <= _fetched(text), set(local) - _fetched(text)
     missing = entries - _fetched(paper_dry_run) - set(local)
     assert not missing, f"no fetch job writes resources/datasets/<id>/manifest.json for {sorted(missing)}"
+
+
+def test_presdep_plan_lists_every_training_job_and_each_fits_an_80_gb_gpu(paper_dry_run):
+    """`presdep plan` plans exactly the dry run's train_student jobs, each within the site profile's
+    80 GB H100 less the memory margin."""
+    proc = subprocess.run([str(Path(sys.executable).with_name("presdep")), "plan", "--configfile", PAPER,
+                           "--profile", "profiles/site-example", "--json"], cwd=REPO, capture_output=True,
+                          text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plans = json.loads(proc.stdout)["jobs"]
+    planned = {(p["job"].split("/")[0], p["job"].split("/seed")[1]) for p in plans}
+    dry = {(j["wildcards"]["student"], j["wildcards"]["seed"]) for j in _jobs(paper_dry_run)
+           if j["rule"] == "train_student"}
+    assert planned == dry and len(plans) == len(dry)
+    for p in plans:
+        assert p["rule"] == "train_student" and p["fits"], p
+        assert p["gpu_gib"] == pytest.approx(80e9 / 2**30, abs=0.01)
+        assert p["predicted_peak_gib"] <= 0.9 * p["gpu_gib"] + 0.01
+        # the step's coupled views fit together: OC-SFT's two prompts at the dataset's prompt cap, at least
+        assert p["prompts_per_micro_batch"] >= p["views"] and p["micro_batch_tokens"] >= p["views"] * p["prompt_tokens"]

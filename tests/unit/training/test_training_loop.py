@@ -21,9 +21,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 import torch
-import yaml
+from training_tiny import student_defaults, toy_data
 
-from presdep.config import SCHEMA_PATH
 from presdep.config.records import TrainingSettings
 from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.training.loop import batch_for_step, latest_checkpoint, train_student
@@ -34,49 +33,11 @@ from presdep.training.readout_grad import GradReadout
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _schema_defaults(node: dict, root: dict) -> dict:
-    if "$ref" in node:
-        for part in node["$ref"].lstrip("#/").split("/"):
-            root = root[part]
-        node = root
-    out = {}
-    for key, sub in node.get("properties", {}).items():
-        if "default" in sub:
-            out[key] = sub["default"]
-            if sub["default"] == {} and "properties" in sub:  # nested defaults fill an empty object
-                out[key] = _schema_defaults(sub, root)
-    return out
-
-
-def student_defaults() -> dict:
-    """The student settings the config schema fills in (the workflow validates with defaults)."""
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    variant = schema["properties"]["variants"]["additionalProperties"]
-    return _schema_defaults(variant["properties"]["student"], schema)
-
-
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(smollm2_model_dir)
-
-
-def toy_data(n_queries=2, n_docs=4, all_relevant=False):
-    rows, silver, qrels = [], [], []
-    for q in range(n_queries):
-        for d in range(n_docs):
-            did = f"q{q}-d{d}"
-            rows.append({"query_id": f"q{q}", "query": f"where was entity {q} born", "doc_id": did,
-                         "doc": f"entity {d} was born in town {q * 7 + d}", "first_stage_rank": d + 1,
-                         "first_stage_score": float(n_docs - d)})
-            for t in range(3):
-                silver.append({"query_id": f"q{q}", "doc_id": did, "teacher": "toy", "presentation": t,
-                               "score": float((d + t + q) % 4), "label_k1": float((d + q) % 4),
-                               "label": float((d + q) % 4) / 2})
-            qrels.append({"query_id": f"q{q}", "doc_id": did, "relevance": 1 if all_relevant or d == q % n_docs else 0})
-    cands = pl.DataFrame(rows).with_columns(pl.col("first_stage_rank").cast(pl.Int32))
-    return cands, pl.DataFrame(silver).with_columns(pl.col("presentation").cast(pl.Int32)), pl.DataFrame(qrels)
 
 
 def run_training(tok, out, student, seed=42, heldout=False, all_relevant=False, objective=None):
@@ -303,7 +264,7 @@ _CHILD = textwrap.dedent(
     import os, signal, sys
     import torch
     torch.set_num_threads(1)
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {helpers!r}]
     from transformers import AutoTokenizer
     from test_training_loop import BASE, student_defaults, toy_data
     from presdep.config.records import TrainingSettings
@@ -326,7 +287,8 @@ _CHILD = textwrap.dedent(
 @pytest.mark.slow
 def test_killed_training_resumes_to_the_same_adapter(tokenizer, smollm2_model_dir, tmp_path):
     script = tmp_path / "child.py"
-    script.write_text(_CHILD.format(tests=str(Path(__file__).resolve().parent), tok=str(smollm2_model_dir)))
+    script.write_text(_CHILD.format(tests=str(Path(__file__).resolve().parent), helpers=str(REPO / "tests"),
+                                    tok=str(smollm2_model_dir)))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
 
     def run(out, kill_at):
