@@ -29,7 +29,8 @@ from presdep.training.silver import make_open_weight_scorer, silver_labels_files
 
 # Small batches, so a handful of queries makes many batch files.
 SETTINGS = {"hash": {"T": 3, "B": 3, "seed": 5, "max_doc_chars": 80, "batch_prompts": 4, "batch_chars": 400},
-            "tiny": {"T": 2, "B": 2, "seed": 5, "max_doc_chars": 40, "batch_prompts": 2, "batch_chars": 200}}
+            "tiny": {"T": 2, "B": 2, "seed": 5, "max_doc_chars": 40, "batch_prompts": 2, "batch_chars": 200,
+                     "batch_tokens": 300}}
 SIZES = {"hash": (6, 7), "tiny": (2, 4)}
 
 
@@ -93,14 +94,19 @@ class Counting:
         return self._inner.score_prompts(prompts)
 
 
+def tiny_teacher(model_dir: Path, s: dict) -> Any:
+    """The real open-weight readout on a tiny model (its batches are sized in its prompt tokens)."""
+    return make_open_weight_scorer(model_dir, max_doc_chars=s["max_doc_chars"], device="cpu", dtype="float32",
+                                   batch_prompts=2)
+
+
 def job(cand: Path, out: Path, kind: str = "hash", *, scorer: Any = None, stop_at: int = -1,
         marker: Path | None = None, block: bool = True, model_dir: Path | None = None,
         **overrides: Any) -> tuple[pl.DataFrame | None, Counting]:
     """Run the job; (the silver table or None when interrupted, the counting scorer)."""
     s = {**SETTINGS[kind], **overrides}
     if scorer is None:
-        scorer = HashScorer() if kind == "hash" else make_open_weight_scorer(
-            model_dir, max_doc_chars=s["max_doc_chars"], device="cpu", dtype="float32", batch_prompts=2)
+        scorer = HashScorer() if kind == "hash" else tiny_teacher(model_dir, s)
     counting = Counting(scorer, stop_at, marker, block)
     teacher = Teacher.checked(kind, {"kind": "open_weight", "model": kind, "T": s["T"], "device": "cpu"})
     protocol = Protocol.checked({"M": 1, "perturbations": [], "B": s["B"], "seed": s["seed"],
@@ -108,7 +114,8 @@ def job(cand: Path, out: Path, kind: str = "hash", *, scorer: Any = None, stop_a
     try:
         df = silver_labels_files(candidates_path=cand, out_path=out, teacher=teacher, dataset="ds",
                                  protocol=protocol, scorer=counting, batch_prompts=s["batch_prompts"],
-                                 batch_chars=s["batch_chars"])
+                                 batch_chars=s["batch_chars"], **({"batch_tokens": s["batch_tokens"]}
+                                                                  if "batch_tokens" in s else {}))
     except Interrupted:
         return None, counting
     return df, counting

@@ -21,8 +21,8 @@ the configured shares raises before anything is written (:func:`failure_gate`);
 the parse failures it tolerates are counted in the output metadata.
 
 Reading and resuming (:mod:`presdep.training.silver_partial`): prompts are read in
-batches of similar length (longest first, cut by a character budget and a prompt
-count); scores are mapped back to the prompts' own order, so the table does not
+batches of similar length (longest first, cut by a prompt count and a budget of the
+open-weight teacher's prompt tokens, or of characters for a hosted teacher); scores are mapped back to the prompts' own order, so the table does not
 depend on the batching. The job flushes each finished batch to ``<out>.partial/``
 (one Arrow IPC file per batch, written atomically, under a fingerprint of the
 inputs and settings), so a job killed at any point repeats at most the batch in
@@ -88,9 +88,18 @@ def silver_prompts(candidates: pl.DataFrame, *, dataset: str, T: int, B: int, se
     return layout, prompts
 
 
+# (query, docs) -> the prompt's length in tokens, from the teacher's own tokenizer and template
+PromptTokens = Callable[[str, Sequence[str]], int]
+
+
 def silver_batches(prompts: Sequence[tuple[str, Sequence[str]]], *, batch_prompts: int = sp.BATCH_PROMPTS,
-                   batch_chars: int = sp.BATCH_CHARS) -> list[list[int]]:
-    """The job's batch plan: prompt indices, by length (see :func:`silver_partial.plan_batches`)."""
+                   batch_chars: int = sp.BATCH_CHARS, prompt_tokens: PromptTokens | None = None,
+                   batch_tokens: int = sp.BATCH_TOKENS) -> list[list[int]]:
+    """The job's batch plan: prompt indices, by length (see :func:`silver_partial.plan_batches`):
+    in tokens with ``prompt_tokens`` (cut at ``batch_tokens``), else in characters (``batch_chars``)."""
+    if prompt_tokens is not None:
+        return sp.plan_batches([int(prompt_tokens(q, d)) for q, d in prompts], max_prompts=batch_prompts,
+                               max_chars=batch_tokens)
     return sp.plan_batches([sp.prompt_chars(q, d) for q, d in prompts], max_prompts=batch_prompts,
                            max_chars=batch_chars)
 
@@ -116,7 +125,8 @@ def _batch_rows(batch: Sequence[int], layout: Sequence[tuple[str, int, list[str]
 def label_batches(candidates: pl.DataFrame, score_prompts: PromptScorer, *, teacher: str, dataset: str, T: int,
                   B: int, seed: int, max_doc_chars: int | None, batch_prompts: int = sp.BATCH_PROMPTS,
                   batch_chars: int = sp.BATCH_CHARS, partial: Path | None = None,
-                  take_stats: Callable[[], dict] | None = None) -> tuple[pl.DataFrame, list[dict | None]]:
+                  take_stats: Callable[[], dict] | None = None, prompt_tokens: PromptTokens | None = None,
+                  batch_tokens: int = sp.BATCH_TOKENS) -> tuple[pl.DataFrame, list[dict | None]]:
     """The ``silver`` table and each batch's stats (``take_stats()`` after the batch; None without it).
 
     With ``partial`` (a folder from :func:`presdep.runtime.resume.resume_dir`), batches found
@@ -124,7 +134,8 @@ def label_batches(candidates: pl.DataFrame, score_prompts: PromptScorer, *, teac
     assembled from the folder's files, so a resumed and an uninterrupted run agree.
     """
     layout, prompts = silver_prompts(candidates, dataset=dataset, T=T, B=B, seed=seed, max_doc_chars=max_doc_chars)
-    plan = silver_batches(prompts, batch_prompts=batch_prompts, batch_chars=batch_chars)
+    plan = silver_batches(prompts, batch_prompts=batch_prompts, batch_chars=batch_chars, prompt_tokens=prompt_tokens,
+                          batch_tokens=batch_tokens)
     done = sp.done_batches(partial, len(plan)) if partial is not None else set()
     n_done = sum(len(plan[k]) for k in done)
     if done:
@@ -224,7 +235,7 @@ def make_open_weight_scorer(model_dir: str | os.PathLike, *, max_doc_chars: int 
 
 
 def silver_fingerprint(candidates: pl.DataFrame, meta: dict, protocol: Protocol, *, batch_prompts: int,
-                       batch_chars: int) -> str:
+                       batch_chars: int, batch_tokens: int | None = None) -> str:
     """Everything the reads of a job depend on: a resume folder is reused only when it matches."""
     missing = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing:
@@ -236,7 +247,8 @@ def silver_fingerprint(candidates: pl.DataFrame, meta: dict, protocol: Protocol,
         **{k: meta.get(k) for k in ("teacher", "teacher_kind", "dataset", "T", "B", "seed", "teacher_spec",
                                     "readout", "template_sha256", "mock")},
         "max_doc_chars": protocol.max_doc_chars, "rubric": protocol.rubric, "instruction": protocol.instruction,
-        "batches": sp.plan_settings(batch_prompts, batch_chars),
+        "batches": (sp.plan_settings(batch_prompts, batch_tokens, sp.TOKEN_RULE) if batch_tokens is not None
+                    else sp.plan_settings(batch_prompts, batch_chars)),
     }
     return json.dumps(fp, sort_keys=True, default=str)
 
@@ -255,6 +267,7 @@ def silver_labels_files(
     client: Any = None,
     batch_prompts: int | None = None,
     batch_chars: int = sp.BATCH_CHARS,
+    batch_tokens: int = sp.BATCH_TOKENS,
 ) -> pl.DataFrame:
     """The ``silver_labels`` job: label a training dataset's candidates with one teacher.
 
@@ -278,7 +291,7 @@ def silver_labels_files(
         "presentations": "shuffles 0..T-1 seeded stable_seed(seed, dataset, query_id, 'teacher', t)",
         "labels": {"label_k1": "score under shuffle 0", "label": "mean of the non-null scores over shuffles 0..T-1"},
     }
-    take_stats = grader = None
+    take_stats = grader = prompt_tokens = None
     if kind == "open_weight":
         if threads:
             import torch
@@ -290,6 +303,9 @@ def silver_labels_files(
             scorer = make_open_weight_scorer(model_dir, max_doc_chars=max_doc_chars, device=teacher_spec["device"],
                                              rubric=rubric, instruction=instruction)
         run = open_weight_prompt_scorer(scorer)
+        if callable(getattr(scorer, "build", None)):  # the readout's own prompt: batches sized in its tokens
+            def prompt_tokens(query, docs):
+                return len(scorer.build(query, list(docs)).ids)
         describe = scorer.describe() if hasattr(scorer, "describe") else {"scorer": getattr(scorer, "name", "?")}
         meta.update(teacher_spec={k: v for k, v in teacher_spec.items()}, readout=describe, mock=False,
                     template_sha256=getattr(scorer, "template_sha256", None))
@@ -316,11 +332,13 @@ def silver_labels_files(
             return delta
 
         meta.update(teacher_spec=grader.describe(), mock=grader.mock, template_sha256=grader.template.sha256)
-    fingerprint = silver_fingerprint(candidates, meta, protocol, batch_prompts=batch_prompts, batch_chars=batch_chars)
+    fingerprint = silver_fingerprint(candidates, meta, protocol, batch_prompts=batch_prompts, batch_chars=batch_chars,
+                                     batch_tokens=batch_tokens if prompt_tokens is not None else None)
     partial = resume_dir(partial_dir(out_path), fingerprint)
     df, batch_stats = label_batches(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
                                     max_doc_chars=max_doc_chars, batch_prompts=batch_prompts,
-                                    batch_chars=batch_chars, partial=partial, take_stats=take_stats)
+                                    batch_chars=batch_chars, partial=partial, take_stats=take_stats,
+                                    prompt_tokens=prompt_tokens, batch_tokens=batch_tokens)
     if grader is not None:
         _hosted_gate(grader, batch_stats, meta, partial, teacher=teacher, dataset=dataset)
     n_null = int(df["score"].null_count())

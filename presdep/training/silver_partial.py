@@ -27,11 +27,14 @@ from presdep.contracts.schemas import atomic_write, write_text_atomic
 
 log = logging.getLogger(__name__)
 
-# Defaults: at most 64 prompts (the batch of the former fixed plan) and about 2**20
-# characters (~250k tokens) per batch, so a kill repeats minutes of reading at most.
+# Defaults: at most 64 prompts (the batch of the former fixed plan) and 2**18 prompt tokens
+# (an open-weight teacher, whose tokenizer counts them) or about 2**20 characters (a hosted
+# teacher, ~250k tokens) per batch, so a kill repeats minutes of reading at most.
 BATCH_PROMPTS = 64
+BATCH_TOKENS = 1 << 18
 BATCH_CHARS = 1 << 20
 LENGTH_RULE = "characters of the query and the prepared documents"
+TOKEN_RULE = "tokens of the teacher's prompt (its tokenizer and template)"
 
 ROW_SCHEMA = {"prompt": pl.Int64, "query_id": pl.String, "doc_id": pl.String, "presentation": pl.Int32,
               "score": pl.Float64}
@@ -45,7 +48,8 @@ def prompt_chars(query: str, docs: Sequence[str]) -> int:
 def plan_batches(lengths: Sequence[int], *, max_prompts: int = BATCH_PROMPTS,
                  max_chars: int = BATCH_CHARS) -> list[list[int]]:
     """Prompt indices in batches: longest first (ties by index), a batch closed before it
-    would pass ``max_prompts`` prompts or ``max_chars`` characters; a prompt longer than the
+    would pass ``max_prompts`` prompts or ``max_chars`` of length (characters, or tokens when
+    ``lengths`` count tokens); a prompt longer than the
     budget is a batch of its own. Within a batch the indices ascend (a scorer sorts its own
     call by length; this keeps a call's prompts in the job's order). Deterministic: the
     same lengths give the same batches."""
@@ -67,9 +71,9 @@ def plan_batches(lengths: Sequence[int], *, max_prompts: int = BATCH_PROMPTS,
     return batches
 
 
-def plan_settings(max_prompts: int, max_chars: int) -> dict:
+def plan_settings(max_prompts: int, max_length: int, rule: str = LENGTH_RULE) -> dict:
     """What decides the batches (part of the resume fingerprint)."""
-    return {"max_prompts": int(max_prompts), "max_chars": int(max_chars), "length": LENGTH_RULE,
+    return {"max_prompts": int(max_prompts), "max_length": int(max_length), "length": rule,
             "order": "longest first, ties by prompt index"}
 
 
@@ -168,7 +172,7 @@ def drop_failed_batches(partial: Path, n_batches: int) -> int:
 
 
 __all__ = [
-    "BATCH_PROMPTS", "BATCH_CHARS", "LENGTH_RULE", "ROW_SCHEMA", "prompt_chars", "plan_batches", "plan_settings",
+    "BATCH_PROMPTS", "BATCH_TOKENS", "BATCH_CHARS", "LENGTH_RULE", "TOKEN_RULE", "ROW_SCHEMA", "prompt_chars", "plan_batches", "plan_settings",
     "batch_path", "stats_path", "done_batches", "write_batch", "read_batch", "read_stats", "stats_delta",
     "merge_stats", "drop_failed_batches",
 ]

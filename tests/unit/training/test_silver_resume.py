@@ -32,11 +32,19 @@ from presdep.training.silver import silver_batches, silver_labels, silver_labels
 SCRIPT = Path(sj.__file__)
 
 
-def _plan(kind: str, cand: Path, **overrides):
+def _plan(kind: str, cand: Path, model_dir: Path | None = None, **overrides):
+    """The job's batch plan: in characters for the hash teacher, in prompt tokens for the tiny model."""
     s = {**sj.SETTINGS[kind], **overrides}
     _, prompts = silver_prompts(read_table(cand, "candidates"), dataset="ds", T=s["T"], B=s["B"], seed=s["seed"],
                                 max_doc_chars=s["max_doc_chars"])
-    return silver_batches(prompts, batch_prompts=s["batch_prompts"], batch_chars=s["batch_chars"]), len(prompts)
+    tokens = None
+    if model_dir is not None:
+        teacher = sj.tiny_teacher(model_dir, s)
+
+        def tokens(q, d):
+            return len(teacher.build(q, list(d)).ids)
+    return silver_batches(prompts, batch_prompts=s["batch_prompts"], batch_chars=s["batch_chars"],
+                          prompt_tokens=tokens, batch_tokens=s.get("batch_tokens", sp.BATCH_TOKENS)), len(prompts)
 
 
 def _kill_in_batch(tmp_path: Path, cand: Path, out: Path, kind: str, stop_at: int, *extra: str) -> None:
@@ -103,8 +111,10 @@ def test_kill_9_of_the_open_weight_teacher_on_a_tiny_model(tmp_path):
 
     model = tiny_causal_lm(tmp_path / "model", seed=4)
     cand = sj.write_candidates(tmp_path / "c.parquet", "tiny")
-    plan, n_prompts = _plan("tiny", cand)
+    plan, n_prompts = _plan("tiny", cand, model)
     assert len(plan) >= 3
+    chars, _ = _plan("tiny", cand)
+    assert plan != chars  # sized and ordered by the teacher's tokens, not by characters
     ref_out = tmp_path / "ref" / "s.parquet"
     ref, _ = sj.job(cand, ref_out, "tiny", model_dir=model)
     assert ref["score"].null_count() == 0 and ref["score"].is_between(0.0, 3.0).all()
