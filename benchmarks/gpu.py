@@ -15,8 +15,10 @@ its own baseline, measured in the same process:
 2. precision: E[g] of a bf16 model against an fp32 copy of the same (bf16) weights.
 3. noise floor: the same prompts read alone and inside batches with other companions, padding and
    batch positions: |delta E[g]| against the alone read, and tau-PSI of the R batched reads.
-4. one LoRA training step (r 16, alpha 32, the six projections, OC-SFT on two views,
-   ``batch_chunks`` micro-batches with gradient accumulation, AdamW), checkpointing on and off.
+4. the LoRA training step as the loop runs it (benchmarks/gpu_training.py; r 16, alpha 32, the six
+   projections, OC-SFT on 32 chunks = 64 prompts of 2,600-3,200 tokens, micro-batches cut by the
+   memory model's budget, AdamW): checkpointing on without and with the padding mask, and off;
+   measured peak beside the predicted one, and the SDPA backend the attention shape runs.
 5. a real ``presdep.scoring.run.score_dataset`` job on a tiny model saved to disk, on ``--device``
    (only where polars imports; else recorded as skipped).
 
@@ -50,18 +52,17 @@ if str(REPO) not in sys.path:  # a checkout run without installing presdep (a ba
     sys.path.insert(0, str(REPO))
 
 DEFAULT_OUT = REPO / "benchmarks" / "out" / "gpu.json"
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]
 
 # The Qwen3-4B shape, and a tiny one for CPU tests. Prompt lengths are totals (header + documents +
 # skeleton); ``prefix`` is the tokens of one skeleton line before its grade ("[i] Grade: ").
 FULL = dict(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, ffn=9728, vocab=151936,
             B=20, len_lo=2000, len_hi=2800, header=150, prefix=6, pool=32, batch_sizes=[1, 2, 4, 8, 16, 32],
             repeats=3, matmul_n=8192, matmul_reps=5, precision_prompts=4, noise_targets=4, noise_batch=8,
-            noise_reads=6, lora_chunks=4, lora_steps=2)
+            noise_reads=6, lora_chunks=32, lora_len_lo=2600, lora_len_hi=3200, lora_steps=1, cpu_device_gib=0)
 TINY = dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512,
             B=20, len_lo=170, len_hi=230, header=20, prefix=3, pool=8, batch_sizes=[1, 2, 4],
             repeats=1, matmul_n=256, matmul_reps=3, precision_prompts=2, noise_targets=2, noise_batch=4,
-            noise_reads=3, lora_chunks=4, lora_steps=1)
+            noise_reads=3, lora_chunks=4, lora_len_lo=170, lora_len_hi=230, lora_steps=1, cpu_device_gib=0.012)
 
 FLOPS_FORMULA = ("per sequence of L real tokens: 2 * N_nonembed * L + 2 * n_layers * L^2 * (n_heads * head_dim); "
                  "N_nonembed = all parameters but the token embedding (tied, so the LM head too, which the readout "
@@ -445,84 +446,13 @@ def part_noise(model, synth, pool, shape, device, rng) -> dict:
 
 
 def part_lora(model, synth, shape, args, device, rng) -> dict:
-    import torch
+    """The training step as the loop runs it, with its predicted and measured peak (gpu_training.py)."""
+    if str(Path(__file__).resolve().parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_training import part_training
 
-    from presdep.scoring.readout import pad_batch, slot_grade_logits
-    from presdep.training.lora import add_lora
-    from presdep.training.objectives import OCSFT, QueryList
-
-    B, chunks = shape["B"], shape["lora_chunks"]
-    spec = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": LORA_TARGETS}
-    peft_model = add_lora(model, spec, seed=1)  # injects the adapters into ``model`` itself
-    lm = peft_model.get_base_model()
-    lm.config.use_cache = False
-    params = [p for p in peft_model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=2e-4, betas=(0.9, 0.95), weight_decay=0.01)
-    obj = OCSFT(B, [0, 1], lam=1.0)
-    queries, doc_tokens = [], []
-    for c in range(chunks):
-        docs = synth.documents(int(rng.integers(shape["len_lo"], shape["len_hi"] + 1)))
-        doc_tokens.append(docs)
-        labels = tuple(float(x) for x in rng.integers(0, 4, size=B))
-        queries.append(QueryList(f"q{c}", f"query {c}", tuple(f"d{i}" for i in range(B)),
-                                 tuple(f"doc {i}" for i in range(B)), labels, labels))
-    items = obj.items(queries, 0)  # one B-chunk per query, views A and B = two in-chunk shuffles
-    built = [[synth.prompt([doc_tokens[it.query][i] for i in v]) for v in it.views] for it in items]
-    tokens = sum(len(p.ids) for pair in built for p in pair)
-    grades = torch.arange(4, dtype=torch.float32, device=device)
-
-    def step(k: int) -> dict:
-        opt.zero_grad(set_to_none=True)
-        parts_sum: dict[str, float] = {}
-        for it, pair in zip(items, built):  # one micro-batch per chunk (its two views), gradients accumulate
-            ids, mask, reads, _ = pad_batch(pair, synth.pad_id, device)
-            logits = slot_grade_logits(lm, ids, mask, reads, synth.grade_ids)  # as GradReadout.grade_logits
-            scores = [torch.softmax(logits[v, : len(p.read_positions)].float(), dim=-1) @ grades
-                      for v, p in enumerate(pair)]
-            loss, parts = obj.loss(queries, [it], [scores], k)
-            (loss / len(items)).backward()
-            for key, val in parts.items():
-                parts_sum[key] = parts_sum.get(key, 0.0) + float(val) / len(items)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sync(device)
-        return parts_sum
-
-    out: dict = {"lora": spec, "objective": obj.describe(), "batch_chunks": chunks, "prompts_per_step": 2 * chunks,
-                 "micro_batches": chunks, "tokens_per_step": tokens, "optimizer": "AdamW lr 2e-4, betas (0.9, 0.95)",
-                 "trainable_params": sum(p.numel() for p in params),
-                 "loss": ("presdep.training.objectives.OCSFT (lambda 1): squared error of view A's E[g] to random "
-                          "labels plus the two views' consistency; E[g] from pad_batch + slot_grade_logits with the "
-                          "attention mask, as GradReadout.expected_from_built. The training loop reads all "
-                          "2 x batch_chunks prompts in one forward; here each chunk is one micro-batch with gradient "
-                          "accumulation (the same loss: every chunk has B labelled documents)"),
-                 "settings": []}
-    peft_model.train()
-    for ckpt in (False, True):
-        _set_checkpointing(lm, ckpt)
-        row: dict = {"gradient_checkpointing": ckpt,
-                     "checkpointed_modules": sum(bool(getattr(m, "gradient_checkpointing", False))
-                                                 for m in lm.modules())}
-        try:
-            _reset_peak(device)
-            step(0)  # warm-up step, not timed
-            times, last = [], {}
-            for k in range(1, 1 + args.lora_steps):
-                t0 = time.perf_counter()
-                last = step(k)
-                times.append(time.perf_counter() - t0)
-            sps = statistics.mean(times)
-            row.update({"seconds_per_step": sps, "seconds_per_step_all": times, "tokens_per_s": tokens / sps,
-                        "peak_memory_gib": _peak_gib(device), "loss_parts": last, "oom": False})
-        except (RuntimeError, MemoryError) as exc:
-            if not _is_oom(exc):
-                raise
-            row.update({"oom": True, "error": str(exc).splitlines()[0][:300]})
-        opt.zero_grad(set_to_none=True)
-        _free(device)
-        out["settings"].append(row)
-    _set_checkpointing(lm, False)
-    return out
+    return part_training(model, synth, shape, args, device, rng, sync=sync, reset_peak=_reset_peak, peak_gib=_peak_gib,
+                         is_oom=_is_oom, free=_free, set_checkpointing=_set_checkpointing)
 
 
 def _set_checkpointing(lm: Any, on: bool) -> None:
@@ -672,12 +602,17 @@ def summary(result: dict) -> str:
                      f"{no['tau_psi_mean']:.3g}, max {no['tau_psi_max']:.3g}")
     lo = parts.get("lora", {})
     for r in lo.get("settings", []):
-        ck = "on " if r["gradient_checkpointing"] else "off"
-        if r.get("oom"):
-            lines.append(f"4. LoRA step, checkpointing {ck}: OOM")
+        what = (f"4. LoRA step ({lo['prompts_per_step']} prompts), checkpointing "
+                f"{'on' if r['gradient_checkpointing'] else 'off'}, mask {'on' if r['padding_mask'] else 'off'}, "
+                f"SDPA {r['sdpa_backend_probe']}")
+        if not r.get("fits"):
+            lines.append(f"{what}: one chunk does not fit ({r.get('error', '')[:80]})")
+        elif r.get("oom"):
+            lines.append(f"{what}: OOM (predicted {r['predicted_peak_gib']:.2f} GiB)")
         else:
-            lines.append(f"4. LoRA step, checkpointing {ck}: {r['seconds_per_step']:.3g} s/step, "
-                         f"{r['tokens_per_s']:.4g} tokens/s, peak {_fmt(r['peak_memory_gib'], '.2f')} GiB")
+            lines.append(f"{what}: {r['micro_batches']} micro-batches, {r['seconds_per_step']:.3g} s/step, "
+                         f"{r['tokens_per_s']:.4g} tokens/s, peak {_fmt(r['peak_memory_gib'], '.2f')} GiB, "
+                         f"predicted {r['predicted_peak_gib']:.2f} GiB")
     sj = parts.get("score_job", {})
     if "dtype" in sj:
         lines.append(f"5. score_dataset on {sj['device_type']}: {sj['rows']} rows, dtype {sj['dtype']}, "
