@@ -12,6 +12,24 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "workflow_config.yaml", "configs", "profiles", "envs")
 
 
+def silver_only_config(*, seed: int, entities: int, candidates: int, train: int, extra: str) -> str:
+    """A config whose one dataset is a synthetic training split (for silver-label jobs alone):
+    ``extra`` adds the models and teachers."""
+    return f"""
+synthetic:
+  synthetic: {{seed: {seed}, entities: {entities}, candidates: {candidates}, queries: {{train: {train}, heldout: 1, test: 1}}}}
+synthetic_tasks: {{}}
+datasets:
+  synthetic_train:
+    task: rerank
+    role: train
+    candidates: {{format: rank_llm_json, path: resources/datasets/synthetic/train/candidates.json}}
+    qrels: {{format: trec, path: resources/datasets/synthetic/train/qrels.txt}}
+variants:
+  bm25: {{label: First stage, scorer: identity}}
+{extra}"""
+
+
 def scratch_workflow(tmp_path: Path, shared_data: Path | None = None) -> Path:
     """A copy of the workflow files; ``../shared/data`` inside it points at the real data."""
     work = tmp_path / "repo"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 
 from fault_server import FaultServer
-from workflow_utils import scratch_workflow, snakemake
+from workflow_utils import scratch_workflow, silver_only_config, snakemake
 
 from presdep.contracts.schemas import read_metadata, read_table
 
@@ -15,29 +15,17 @@ SECRET = "sk-presdep-wf-" + hashlib.sha256(b"workflow test key").hexdigest()[:24
 TARGET = "results/silver/gpt/synthetic_train.parquet"
 LOG = "logs/silver_labels/gpt/synthetic_train.log"
 
-CONFIG = """
-synthetic:
-  synthetic: {{seed: 13, entities: 20, candidates: 4, queries: {{train: 2, heldout: 1, test: 1}}}}
-synthetic_tasks: {{}}
-datasets:
-  synthetic_train:
-    task: rerank
-    role: train
-    candidates: {{format: rank_llm_json, path: resources/datasets/synthetic/train/candidates.json}}
-    qrels: {{format: trec, path: resources/datasets/synthetic/train/qrels.txt}}
-variants:
-  bm25: {{label: First stage, scorer: identity}}
-teachers:
-  gpt: {{kind: hosted, model: grader-1, base_url: "{url}", api_key_env: PRESDEP_WF_KEY, T: 2,
-        max_retries: 1, base_delay_s: 0.001, timeout_s: 10}}
-"""
+CONFIG = silver_only_config(seed=13, entities=20, candidates=4, train=2, extra="""teachers:
+  gpt: {kind: hosted, model: grader-1, base_url: "{url}", api_key_env: PRESDEP_WF_KEY, T: 2,
+        max_retries: 1, base_delay_s: 0.001, timeout_s: 10}
+""")
 
 
 def test_a_refused_key_fails_the_rule_and_a_corrected_key_reruns_it(tmp_path, monkeypatch):
     work = scratch_workflow(tmp_path)
     with FaultServer(require_key=SECRET) as srv:
         # a trailing slash and "localhost": the endpoint is normalised, not taken verbatim
-        (work / "hosted.yaml").write_text(CONFIG.format(url=f"http://localhost:{srv.port}/v1/"))
+        (work / "hosted.yaml").write_text(CONFIG.replace("{url}", f"http://localhost:{srv.port}/v1/"))
         args = (TARGET, "--cores", "1", "--configfile", "hosted.yaml")
         monkeypatch.setenv("PRESDEP_WF_KEY", SECRET + "-typo")
         failed = snakemake(work, *args, check=False)

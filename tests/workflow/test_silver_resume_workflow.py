@@ -17,27 +17,15 @@ import time
 from pathlib import Path
 
 from scorers_tiny import tiny_causal_lm
-from workflow_utils import REPO, scratch_workflow, snakemake
+from workflow_utils import REPO, scratch_workflow, silver_only_config, snakemake
 
 TARGET = "results/silver/tiny/synthetic_train.parquet"
 LOG = "logs/silver_labels/tiny/synthetic_train.log"
-CONFIG = """
-synthetic:
-  synthetic: {{seed: 5, entities: 60, candidates: 6, queries: {{train: 40, heldout: 1, test: 1}}}}
-synthetic_tasks: {{}}
-datasets:
-  synthetic_train:
-    task: rerank
-    role: train
-    candidates: {{format: rank_llm_json, path: resources/datasets/synthetic/train/candidates.json}}
-    qrels: {{format: trec, path: resources/datasets/synthetic/train/qrels.txt}}
-variants:
-  bm25: {{label: First stage, scorer: identity}}
-models:
-  tiny: {{source: local, path: "{model}"}}
+CONFIG = silver_only_config(seed=5, entities=60, candidates=6, train=40, extra="""models:
+  tiny: {source: local, path: "{model}"}
 teachers:
-  tiny: {{kind: open_weight, model: tiny, T: 4, batch_prompts: 4, device: cpu}}
-"""
+  tiny: {kind: open_weight, model: tiny, T: 4, batch_prompts: 4, device: cpu}
+""")
 
 
 def _readme_resume_commands() -> tuple[str, str]:
@@ -53,7 +41,7 @@ def _readme_resume_commands() -> tuple[str, str]:
 def _workflow(tmp: Path, model: Path) -> Path:
     tmp.mkdir()
     work = scratch_workflow(tmp)
-    (work / "silver.yaml").write_text(CONFIG.format(model=model))
+    (work / "silver.yaml").write_text(CONFIG.replace("{model}", str(model)))
     return work
 
 
