@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from presdep.contracts.errors import InvalidInput
+from presdep.training.memory_model import MemorySettings, ModelShape, micro_batch_budget, predict_peak
 
 GIB = 2**30
 
@@ -91,8 +92,6 @@ def pad_mask_on(s: Any, device_type: str) -> bool:
 
 def memory_settings(s: Any, *, checkpointing: bool, masked: bool, base_dtype: str) -> Any:
     """The memory model's settings of a student's training settings ``s``."""
-    from presdep.training.memory_model import MemorySettings
-
     lora = dict(s.lora)
     return MemorySettings(lora_r=int(lora["r"]), lora_targets=tuple(lora["target_modules"]),
                           adapter_dtype=str(s.lora_compute_dtype), dropout=float(lora["dropout"]),
@@ -113,8 +112,6 @@ def token_budget(s: Any, *, model_config: Any, device_type: str, device_bytes: i
         return int(s.micro_batch_tokens)
     if device_type != "cuda":
         return None
-    from presdep.training.memory_model import ModelShape, micro_batch_budget, predict_peak
-
     total = int(float(s.gpu_mem_gb) * GIB) if s.gpu_mem_gb is not None else device_bytes
     if total is None:
         raise InvalidInput(f"{where}: micro_batch_tokens: auto needs the GPU's memory: set gpu_mem_gb")

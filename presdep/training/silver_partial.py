@@ -172,7 +172,8 @@ def drop_failed_batches(partial: Path, n_batches: int) -> int:
 
 
 __all__ = [
-    "BATCH_PROMPTS", "BATCH_TOKENS", "BATCH_CHARS", "LENGTH_RULE", "TOKEN_RULE", "ROW_SCHEMA", "prompt_chars", "plan_batches", "plan_settings",
+    "BATCH_PROMPTS", "BATCH_TOKENS", "BATCH_CHARS", "LENGTH_RULE", "TOKEN_RULE", "ROW_SCHEMA", "prompt_chars",
+    "plan_batches", "plan_settings",
     "batch_path", "stats_path", "done_batches", "write_batch", "read_batch", "read_stats", "stats_delta",
     "merge_stats", "drop_failed_batches",
 ]

@@ -182,4 +182,3 @@ def test_the_heldout_scorer_reads_sorted_batches_and_returns_the_input_order(tok
     for got, want in zip(batched, alone):
         for g, w in zip(got, want):
             assert g.score == pytest.approx(w.score, abs=1e-5)
-    assert not torch.is_inference_mode_enabled()
