@@ -8,7 +8,6 @@ The factories ``make_<name>(variant, protocol)`` are what the registry in
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from presdep.config.records import PromptSettings, ScoringRun, thaw
@@ -25,7 +24,9 @@ from presdep.runtime.models import (
     resolve_dtype_choice,
 )
 from presdep.scoring.hf_load import pad_id
-from presdep.scoring.read_cache import ReadCache, Stopwatch, entry_key
+from presdep.scoring.merged_adapter import load_student, merges
+from presdep.scoring.read_cache import Stopwatch, entry_key
+from presdep.scoring.read_through import Prepared, readouts_of, token_batches
 from presdep.scoring.template import DEFAULT_TEMPLATE, SkeletonBuilder, load_template
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,10 @@ class TransformersScorer(PromptScorer):
     """Reference backend: the one-pass readout with a Hugging Face causal LM.
 
     Prompts are sorted by length and batched (right padding); results come back
-    in input order, one readout per document in slot order. With a read cache
-    (:meth:`use_read_cache`) only prompts whose token ids were never read under
-    this identity reach the model; the counters below say how many did.
+    in input order, one readout per document in slot order. It offers the read
+    interface of :mod:`presdep.scoring.read_through` (``prepare``, ``plan_batches``,
+    ``read_prepared``, ``cache_identity``), so the run's read cache sends it only prompts
+    whose token ids were never read under its identity; the counters say how many were.
 
     ``model`` may be None with a ``model_loader`` (and the ``device`` and ``dtype`` it
     will use): the weights are then loaded on the first cache miss, so a job whose
@@ -85,6 +87,7 @@ class TransformersScorer(PromptScorer):
         *,
         max_doc_chars: int | None = None,
         batch_size: int = 8,
+        batch_tokens: int | None = None,
         template: Any = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         model_desc: Mapping[str, Any] | None = None,
@@ -111,6 +114,9 @@ class TransformersScorer(PromptScorer):
         self.grade_ids = self.builder.grade_ids
         self.template_sha256 = self.builder.template.sha256
         self.batch_size = int(batch_size)
+        if batch_tokens is not None and int(batch_tokens) < 1:
+            raise InvalidInput(f"batch_tokens must be >= 1, got {batch_tokens}")
+        self.batch_tokens = int(batch_tokens) if batch_tokens is not None else None
         self.pad_id = pad_id(tokenizer)
         self.model_desc = dict(model_desc or {"class": type(model).__name__ if model is not None else "?"})
         self.load = Stopwatch()  # seconds spent loading weights (0 when every read was cached)
@@ -118,14 +124,11 @@ class TransformersScorer(PromptScorer):
         self.model_identity = model_identity
         self.dtype_reason = dtype_reason
         self.progress = progress
-        self.read_cache = None
         # What the profile reports: prompts asked for (and how many distinct ones), prompts and
-        # tokens the model read, prompts another job read while this one waited, and time in
-        # forward passes.
+        # tokens the model read, and time in forward passes.
         self.prompts_asked = 0
         self.prompts_read = 0
         self.tokens_read = 0
-        self.waited_for_other_job = 0
         self._distinct: set[str] = set()
         self.forward = Stopwatch()
         # Called as on_progress(prompts, tokens) per batch read and per prompt answered without
@@ -179,9 +182,11 @@ class TransformersScorer(PromptScorer):
         if ident is None:
             raise InvalidInput("a read cache needs the scorer's model_identity (the pinned source or weights hash); "
                              "make_transformers sets it, a hand-built TransformersScorer must pass it")
+        merged = {"adapter_read": self.model_desc["adapter_read"]} if "adapter_read" in self.model_desc else {}
         return {
             "model": dict(ident),
             "adapter_sha256": self.model_desc.get("adapter_sha256"),
+            **merged,  # a merged and an unmerged read differ in the last bits
             "template_sha256": self.template_sha256,
             "dtype": self.dtype_name,
             "device_type": self.device.type,
@@ -189,11 +194,6 @@ class TransformersScorer(PromptScorer):
             "torch": torch.__version__,
             "transformers": transformers.__version__,
         }
-
-    def use_read_cache(self, root: Any) -> Any:
-        """Read through a :class:`presdep.scoring.read_cache.ReadCache` under ``root``; returns it."""
-        self.read_cache = ReadCache(root, self.cache_identity())
-        return self.read_cache
 
     def build(self, query: str, docs: Sequence[str]):
         return self.builder.build(query, docs)
@@ -215,9 +215,8 @@ class TransformersScorer(PromptScorer):
         from presdep.scoring.readout import grade_probs, pad_batch, slot_grade_logits
 
         model = self.model  # loads the weights on the first miss, outside the forward stopwatch
-        order = sorted(range(len(built)), key=lambda i: -len(built[i].ids))  # similar lengths together
         out: list = [None] * len(built)
-        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        batches = token_batches([len(b.ids) for b in built], self.batch_size, self.batch_tokens)
         for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
             with torch.inference_mode(), self.forward:
                 ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
@@ -231,79 +230,29 @@ class TransformersScorer(PromptScorer):
             self._progress(len(idx), tokens)
         return out
 
-    def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list:
-        """P(grade) per slot for each prompt: a list of float64 arrays [n_docs, 4].
-
-        With a read cache, a prompt is read once across jobs too: the missing ones are
-        claimed batch by batch (:meth:`presdep.runtime.content_cache.ContentCache.claim`), each
-        batch is read, stored and released at once (a killed job repeats at most the batch in
-        flight), and prompts another job has claimed are waited for after this job's own."""
+    def prepare(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[Prepared]:
+        """Each prompt built (token ids, read positions) with its read-cache key and length."""
         built = [self.build(q, d) for q, d in prompts]
-        self.prompts_asked += len(built)
-        keys = [entry_key(b.ids, b.read_positions) for b in built]
-        self._distinct.update(keys)
-        cache = self.read_cache
-        if cache is None:
-            return self.read_built(built)
-        found = cache.lookup(keys)  # includes reads other jobs finished meanwhile
-        uses = Counter(keys)
-        todo: dict[str, int] = {}  # key -> first prompt with it (a repeated prompt is read once)
-        for i, k in enumerate(keys):
-            if k not in found:
-                todo.setdefault(k, i)
-        self._progress(sum(uses[k] for k in found))  # hits, answered at once
-        if todo:
-            # The same length-sorted batches read_built would form, as long as no other job
-            # holds a claim on one of their prompts.
-            miss = sorted(todo, key=lambda k: -len(built[todo[k]].ids))
-            found.update(self._read_claimed(cache, miss, built, todo, uses))
-        return [found[k].copy() for k in keys]
-
-    def _read_claimed(self, cache: ReadCache, miss: list[str], built: Sequence[Any], todo: Mapping[str, int],
-                      uses: Mapping[str, int]) -> dict[str, Any]:
-        """The values of the ``miss`` keys: read under this job's claims, or stored by the jobs
-        holding the others' (waited for once this job's own are read)."""
-        out: dict[str, Any] = {}
-
-        def read(part: list[str]) -> None:
-            for k, probs in zip(part, self.read_built([built[todo[k]] for k in part])):
-                out[k] = probs
-                cache.put(k, probs)
-            cache.flush()
-            cache.release(part)  # only once stored: a waiting job finds the value when the claim goes
-            self._progress(sum(uses[k] for k in part) - len(part))  # repeats of a prompt in this call
-
-        def got(values: Mapping[str, Any]) -> None:  # read by other jobs since this call's lookup
-            out.update(values)
-            self.waited_for_other_job += len(values)
-            self._progress(sum(uses[k] for k in values))
-
-        queue = list(miss)
-        held: list[str] = []  # claimed, not read yet
-        theirs: list[str] = []  # claimed by other jobs
-        try:
-            while queue or held:
-                while queue and len(held) < self.batch_size:
-                    take, queue = queue[: self.batch_size - len(held)], queue[self.batch_size - len(held):]
-                    mine, stored, other = cache.claim(take)
-                    held += mine
-                    theirs += other
-                    got(stored)
-                if held:
-                    part, held = held[: self.batch_size], held[self.batch_size:]
-                    read(part)
-            while theirs:
-                stored, mine = cache.await_claimed(theirs)
-                got(stored)
-                theirs = [k for k in theirs if k not in stored and k not in mine]
-                for start in range(0, len(mine), self.batch_size):
-                    read(mine[start : start + self.batch_size])
-        finally:
-            cache.release_all()  # an error while reading: the claims go now, not when they go stale
+        out = [Prepared(entry_key(b.ids, b.read_positions), len(b.ids), b) for b in built]
+        self.prompts_asked += len(out)
+        self._distinct.update(p.key for p in out)
         return out
 
+    def plan_batches(self, items: Sequence[Prepared]) -> list[list[int]]:
+        """The batches :meth:`read_built` reads: longest first, ``batch_size`` prompts and at most
+        ``batch_tokens`` padded tokens each (whatever query a prompt comes from)."""
+        return token_batches([p.tokens for p in items], self.batch_size, self.batch_tokens)
+
+    def read_prepared(self, items: Sequence[Prepared]) -> list:
+        return self.read_built([p.item for p in items])
+
+    def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list:
+        """P(grade) per slot for each prompt: a list of float64 arrays [n_docs, 4], every prompt
+        read (the run's read cache, :mod:`presdep.scoring.read_through`, reads only new ones)."""
+        return self.read_prepared(self.prepare(prompts))
+
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
-        return [_readouts(p) for p in self.slot_probs(prompts)]
+        return [readouts_of(p) for p in self.slot_probs(prompts)]
 
     def reread_in_batches(self, targets: Sequence[tuple[str, Sequence[str]]],
                           companions: Sequence[tuple[str, Sequence[str]]], rereads: int,
@@ -331,17 +280,9 @@ class TransformersScorer(PromptScorer):
                 batch = rng.sample(pool, min(self.batch_size - 1, len(pool)))
                 at = rng.randrange(len(batch) + 1)
                 batch.insert(at, target)
-                reads.append(_readouts(self.read_built(batch)[at]))
+                reads.append(readouts_of(self.read_built(batch)[at]))
             out.append(reads)
         return out
-
-
-def _readouts(probs: Any) -> list[GradeReadout]:
-    """One prompt's readouts from its P(grade) rows [n_slots, 4]: E[g] and the probabilities."""
-    import numpy as np
-
-    grades = np.arange(4, dtype=np.float64)
-    return [GradeReadout(float(row @ grades), tuple(float(x) for x in row)) for row in probs]
 
 
 def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersScorer:
@@ -352,23 +293,25 @@ def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersSc
     dtype, reason = resolve_dtype_choice(opts.get("dtype"), device, inference=True)
     desc = describe_model(spec)
     adapter = run.adapter
+    merge = opts.get("merge_adapter")  # None: a spec the schema did not fill (merges() reads it as auto)
     if adapter:
-        # A trained LoRA student: base model + adapter directory.
+        # A trained LoRA student: base model + adapter directory, merged where merges() says.
         desc = {**desc, "adapter": str(adapter), "adapter_sha256": weights_sha256(adapter)}
+        if merges(merge, dtype):
+            desc["adapter_read"] = "merged in float32"
 
     def load() -> Any:
-        model = load_causal_lm(spec, device=str(device), dtype=dtype)
-        if adapter:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(model, str(adapter)).eval()
-        return model
+        if not adapter:
+            return load_causal_lm(spec, device=str(device), dtype=dtype)
+        return load_student(lambda dt: load_causal_lm(spec, device=str(device), dtype=dt), adapter,
+                            choice=merge, dtype=dtype)
 
     return TransformersScorer(
         None, load_tokenizer(spec),
         model_loader=load, device=device, dtype=dtype,
         max_doc_chars=prompt.max_doc_chars,
         **({"batch_size": int(opts["batch_size"])} if "batch_size" in opts else {}),
+        batch_tokens=opts.get("batch_tokens"),
         chat_template_kwargs=opts.get("chat_template_kwargs"),
         model_desc=desc,
         template=_template(prompt),
@@ -381,7 +324,8 @@ def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersSc
 def _runtime_options(run: ScoringRun, spec: Mapping[str, Any]) -> dict:
     """device, dtype, batch_size, ...: the model entry's (where the schema puts them) over
     the same keys given on the variant by a library caller."""
-    keys = ("device", "dtype", "batch_size", "logprobs_k", "gpu_memory_utilization", "chat_template_kwargs")
+    keys = ("device", "dtype", "batch_size", "batch_tokens", "merge_adapter", "logprobs_k", "readout", "gpu_memory_utilization",
+            "chat_template_kwargs")
     return {k: thaw(src[k]) for src in (run.variant.spec, spec) for k in keys if k in src}
 
 

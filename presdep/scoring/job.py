@@ -16,6 +16,7 @@ from presdep.contracts.schemas import read_table
 from presdep.contracts.selection import adapter_for
 from presdep.scoring.capcal import calibrate_scores_file
 from presdep.scoring.factory import make_scorer
+from presdep.scoring.read_through import ReadThrough, with_read_cache
 from presdep.scoring.run import score_dataset
 
 
@@ -65,13 +66,12 @@ def score_dataset_files(
         scorer = None
         if read_cache:
             # The probes go through the read cache too: a re-run reads none of them again.
-            scorer = make_scorer(run, protocol.prompt)
-            if hasattr(scorer, "use_read_cache"):
-                scorer.use_read_cache(read_cache)
+            scorer = with_read_cache(make_scorer(run, protocol.prompt), read_cache,
+                                     declared=run.variant.capabilities.probabilities)
         calibrate_scores_file(source_path=reuse_scores_path, candidates_path=candidates_path, out_path=out_path,
                               dataset=dataset, run=run, protocol=protocol, scorer=scorer)
-        if scorer is not None and getattr(scorer, "read_cache", None) is not None:
-            scorer.read_cache.compact_written()
+        if isinstance(scorer, ReadThrough):
+            scorer.cache.compact_written()
         return None
     candidates = read_table(candidates_path, "candidates")
     qrels = read_table(qrels_path, "qrels") if qrels_path else None

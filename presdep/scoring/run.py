@@ -19,35 +19,34 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-import numpy as np
 import polars as pl
-from tqdm.auto import tqdm
 
 from presdep import __version__
 from presdep.config.records import Protocol, ScoringRun, Variant
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import (
     INJECTION_PLACES,
-    NoRelevantDocument,
     chunk_positions,
-    middle_injection,
-    shuffle_order,
-    stable_seed,
-    within_chunk,
 )
 from presdep.contracts.schemas import SCHEMAS, atomic_write, write_table, write_text_atomic
 from presdep.contracts.tasks import FIRST_STAGE
 from presdep.contracts.views import BATCH_NOISE
-from presdep.runtime import logs
 from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.factory import make_scorer
-from presdep.scoring.template import prepare_doc
+from presdep.scoring.query_rows import (
+    QueryPlan,
+    finish_query,
+    measures_noise,
+    plan_query,
+    shuffle_count,
+)
+from presdep.scoring.read_through import ReadThrough, with_read_cache
+from presdep.scoring.score_progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -83,143 +82,6 @@ def _sha256_frame(df: pl.DataFrame | None) -> str | None:
         for v in df[name].to_list():
             h.update(repr(v).encode() + b"\x1f")
     return h.hexdigest()
-
-
-def shuffle_count(v: Variant, p: Protocol) -> int:
-    """Random shuffles scored per query: M, or E*K for a BSC variant (its views need them all)."""
-    return p.M if v.bsc_k == 1 else v.bsc_ensembles * v.bsc_k
-
-
-def _orders_for_query(
-    qid: str, n: int, grades: Mapping[str, int] | None, doc_ids: Sequence[str],
-    dataset: str, v: Variant, p: Protocol, shuffled: bool = True,
-) -> list[tuple[str, int, list[int], str]]:
-    """Every presentation of one query: (perturbation, presentation, order as indices into
-    first-stage order, chunking). Every pass is cut by the variant's chunking: the
-    round-robin row deals the first-stage order and each shuffle round-robin
-    (docs/methods/variants.md). ``shuffled`` False: the query is not on the dataset's shuffle list, so it gets
-    the first-stage pass and no random shuffles."""
-    base = list(range(n))
-    seed, b = p.seed, p.B
-    out: list[tuple[str, int, list[int], str]] = [(FIRST_STAGE, 0, base, v.chunking)]
-    for pert in p.perturbations:
-        if pert == "random_shuffle":
-            if not shuffled:
-                continue
-            for m in range(shuffle_count(v, p)):
-                order = shuffle_order(n, m, p.shuffle_rule, base_seed=seed, dataset=dataset, query_id=qid)
-                out.append((pert, m, order, v.chunking))
-        elif pert == "within_chunk":
-            for m in range(p.M):
-                s = stable_seed(seed, dataset, qid, "within_chunk", m)
-                out.append((pert, m, within_chunk(base, b, s, v.chunking), v.chunking))
-        elif pert == "middle_injection":
-            if grades is None:
-                continue
-            try:
-                injected = middle_injection(list(doc_ids), grades)  # ties by doc id, not index
-            except NoRelevantDocument:
-                continue
-            index = {d: i for i, d in enumerate(doc_ids)}
-            for m, order in enumerate(injected):
-                out.append((pert, m, [index[d] for d in order], v.chunking))
-    return out
-
-
-def _score_query(
-    qid: str, group: pl.DataFrame, grades: Mapping[str, int] | None,
-    dataset: str, v: Variant, p: Protocol, scorer: Any, shuffled: bool = True,
-) -> pl.DataFrame:
-    """One query's rows: one single-pass readout per document per presentation."""
-    group = group.sort("first_stage_rank")
-    doc_ids = group["doc_id"].to_list()
-    ranks = group["first_stage_rank"].to_list()
-    query = group["query"][0]
-    docs = [prepare_doc(t, p.max_doc_chars) for t in group["doc"].to_list()]
-    n = len(doc_ids)
-    orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p, shuffled)
-
-    # Every prompt of every presentation: (presentation index, prompt, positions, doc indices).
-    layout: list[tuple[int, int, list[int], list[int]]] = []
-    for ui, (_, _, order, chunking) in enumerate(orders):
-        for j, pos in enumerate(chunk_positions(n, p.B, chunking)):
-            layout.append((ui, j, pos, [order[x] for x in pos]))
-
-    if getattr(scorer, "first_stage", False):
-        readouts = [scorer.score_ranked([ranks[i] for i in idx], n) for *_, idx in layout]
-    else:
-        readouts = scorer.score_prompts([(query, [docs[i] for i in idx]) for *_, idx in layout])
-    if len(readouts) != len(layout):
-        raise RuntimeError(f"scorer {scorer.name} returned {len(readouts)} prompts for {len(layout)}")
-    if shuffled and measures_noise(scorer, p):
-        orders, layout, readouts = _with_noise_rereads(qid, query, docs, orders, layout, readouts, p, scorer)
-
-    n_units = len(orders)
-    score = np.full((n_units, n), np.nan)
-    probs = np.full((n_units, n, 4), np.nan)
-    where = np.full((n_units, 3, n), -1, dtype=np.int64)  # position, prompt, slot
-    has_probs = True
-    for (ui, j, pos, idx), ro in zip(layout, readouts):
-        if len(ro) != len(idx):
-            raise RuntimeError(f"scorer {scorer.name} returned {len(ro)} readouts for {len(idx)} documents")
-        if all(r.probs is not None for r in ro):
-            probs[ui, idx] = np.asarray([r.probs for r in ro], dtype=np.float64)
-        else:
-            has_probs = False
-        score[ui, idx] = [r.score for r in ro]
-        for s, (d, x) in enumerate(zip(idx, pos)):
-            where[ui, :, d] = (x, j, s)
-
-    frames = []
-    for ui, (pert, m, _, _) in enumerate(orders):
-        cols: dict[str, Any] = {
-            "query_id": [qid] * n,
-            "doc_id": doc_ids,
-            "perturbation": [pert] * n,
-            "presentation": np.full(n, m, dtype=np.int32),
-            "position": where[ui, 0].astype(np.int32),
-            "prompt": where[ui, 1].astype(np.int32),
-            "slot": where[ui, 2].astype(np.int32),
-            "score": score[ui].astype(np.float64),
-        }
-        for g in range(4):
-            cols[f"p{g}"] = (probs[ui, :, g].astype(np.float32) if has_probs
-                             else pl.Series(f"p{g}", [None] * n, dtype=pl.Float32))
-        frames.append(pl.DataFrame(cols))
-    out = pl.concat(frames).select(_SCORE_COLS)
-    if (out["position"] < 0).any() or out["score"].is_nan().any():
-        raise RuntimeError(f"query {qid!r}: a document was not scored in some presentation")
-    return out
-
-
-def measures_noise(scorer: Any, p: Protocol) -> bool:
-    """Whether this job re-reads the first-stage presentation (protocol.noise_rereads >= 2 and a
-    scorer that batches prompts; the identity scorer and generative backends have no batch noise to read)."""
-    return p.noise_rereads >= 2 and hasattr(scorer, "reread_in_batches")
-
-
-def _with_noise_rereads(qid: str, query: str, docs: Sequence[str], orders: list, layout: list, readouts: list,
-                        p: Protocol, scorer: Any) -> tuple[list, list, list]:
-    """``orders``, ``layout`` and ``readouts`` extended by R re-reads of the first-stage presentation
-    (perturbation batch_noise, presentations 0..R-1), each in other batch companions drawn from
-    the query's own prompts (docs/methods/tau-psi.md#the-noise-floor-tau_psi_noise)."""
-    targets = [entry for entry in layout if entry[0] == 0]  # the first-stage pass's prompts
-    prompt = [(query, [docs[i] for i in idx]) for *_, idx in layout]
-    target_prompts = [prompt[k] for k, entry in enumerate(layout) if entry[0] == 0]
-    companions = [prompt[k] for k, entry in enumerate(layout) if entry[0] != 0]
-    rereads = scorer.reread_in_batches(target_prompts, companions, p.noise_rereads,
-                                       seed=stable_seed(p.seed, "batch_noise", qid))
-    orders = list(orders)
-    layout = list(layout)
-    readouts = list(readouts)
-    first = orders[0]
-    for r, reads in enumerate(rereads):
-        ui = len(orders)
-        orders.append((BATCH_NOISE, r, first[2], first[3]))
-        for (_, j, pos, idx), ro in zip(targets, reads):
-            layout.append((ui, j, pos, idx))
-            readouts.append(ro)
-    return orders, layout, readouts
 
 
 def _partial_name(qid: str) -> str:
@@ -268,8 +130,10 @@ def score_dataset(
         scorer = make_scorer(run, protocol.prompt)
     load_s = time.perf_counter() - t_load
     cache = None
-    if read_cache is not None and hasattr(scorer, "use_read_cache"):
-        cache = scorer.use_read_cache(read_cache)
+    if read_cache is not None:  # every scorer that reads grade probabilities reads through it
+        scorer = with_read_cache(scorer, read_cache, declared=run.variant.capabilities.probabilities)
+        cache = scorer.cache if isinstance(scorer, ReadThrough) else None
+    if cache is not None:
         log.info("%s: read cache %s (%d entries for this identity)", dataset, cache.dir, len(cache))
     qids = candidates["query_id"].unique(maintain_order=True).to_list()
     grades_by_q = _grades_by_query(qrels)
@@ -353,14 +217,55 @@ def _fingerprint(candidates: pl.DataFrame, qrels: pl.DataFrame | None, dataset: 
     }
 
 
+# Prompts of consecutive queries a scorer that batches by itself reads in one call: its
+# batches then span queries (sorted by length, cut by its token budget). Without a read cache
+# a killed job repeats at most this window; with one, at most the batch in flight.
+CROSS_QUERY_PROMPTS = 512
+
+
+def batches_across_queries(scorer: Any) -> bool:
+    """A scorer that cuts its own batches (``plan_batches``) gets many queries' prompts per call."""
+    return hasattr(scorer, "plan_batches") and not getattr(scorer, "first_stage", False)
+
+
+def _windows(plans: Sequence[QueryPlan], across: bool) -> list[list[QueryPlan]]:
+    """Consecutive queries read together: up to CROSS_QUERY_PROMPTS prompts, or one query each."""
+    out: list[list[QueryPlan]] = []
+    size = CROSS_QUERY_PROMPTS
+    for plan in plans:
+        if out and across and sum(len(x.layout) for x in out[-1]) + len(plan.layout) <= size:
+            out[-1].append(plan)
+        else:
+            out.append([plan])
+    return out
+
+
+def _read_window(window: Sequence[QueryPlan], scorer: Any) -> list[list[Any]]:
+    """Each query's readouts (layout order): one scorer call for the whole window, split back."""
+    if getattr(scorer, "first_stage", False):
+        return [[scorer.score_ranked([w.ranks[i] for i in idx], len(w.doc_ids)) for *_, idx in w.layout]
+                for w in window]
+    prompts = [pr for w in window for pr in w.prompts]
+    readouts = scorer.score_prompts(prompts)
+    if len(readouts) != len(prompts):
+        raise RuntimeError(f"scorer {scorer.name} returned {len(readouts)} prompts for {len(prompts)}")
+    out, at = [], 0
+    for w in window:
+        out.append(readouts[at : at + len(w.layout)])
+        at += len(w.layout)
+    return out
+
+
 def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades_by_q: Mapping[str, Mapping[str, int]],
                            partial: Path, dataset: str, v: Variant, p: Protocol, scorer: Any,
                            shuffled: frozenset[str]) -> set[str]:
     """Score every query not yet in the resume folder, one atomic file per query; returns the ones found done.
 
-    Progress is a bar in prompts (of every presentation of every query), moved per batch
-    the scorer reads (and per prompt it answers from the read cache or another job's read)
-    where it reports them (``on_progress``), else per query; see :class:`_Progress`."""
+    A scorer that cuts its own batches reads consecutive queries' prompts in one call
+    (:func:`_windows`), so a batch never waits for one query's few prompts. Progress is a bar
+    in prompts (of every presentation of every query), moved per batch the scorer reads (and
+    per prompt it answers from the read cache or another job's read) where it reports them
+    (``on_progress``), else per window; see :class:`presdep.scoring.score_progress.Progress`."""
     groups = {qid: g for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
     done = {q for q in qids if (partial / _partial_name(q)).exists()}
     if done:
@@ -369,22 +274,23 @@ def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades
     def grades_of(qid: str) -> Mapping[str, int] | None:
         return grades_by_q.get(qid) if "middle_injection" in p.perturbations else None
 
-    prompts = {qid: _query_prompts(qid, groups[qid], grades_of(qid), dataset, v, p, scorer, qid in shuffled)
-               for qid in qids}
+    plans = {qid: plan_query(qid, groups[qid], grades_of(qid), dataset, v, p, qid in shuffled) for qid in qids}
+    prompts = {qid: _query_prompts(plans[qid], p, scorer, qid in shuffled) for qid in qids}
     hook = hasattr(scorer, "on_progress")
-    with _Progress(sum(prompts.values()), sum(prompts[q] for q in done), f"score {dataset}") as bar:
+    todo = [plans[q] for q in qids if q not in done]
+    with Progress(sum(prompts.values()), sum(prompts[q] for q in done), f"score {dataset}") as bar:
         if hook:
             scorer.on_progress = bar.add
         try:
-            for qid in qids:
-                if qid in done:
-                    continue
-                bar.start_query(prompts[qid])
-                df = _score_query(qid, groups[qid], grades_of(qid), dataset, v, p, scorer, qid in shuffled)
-                if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
-                    stats = json.dumps(scorer.take_stats(), sort_keys=True)
-                    write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
-                _write_ipc_atomic(df, partial / _partial_name(qid))
+            for window in _windows(todo, batches_across_queries(scorer)):
+                bar.start_query(sum(prompts[w.qid] for w in window))
+                for plan, readouts in zip(window, _read_window(window, scorer)):
+                    qid = plan.qid
+                    df = finish_query(plan, readouts, p, scorer, qid in shuffled)
+                    if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
+                        stats = json.dumps(scorer.take_stats(), sort_keys=True)
+                        write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
+                    _write_ipc_atomic(df, partial / _partial_name(qid))
                 bar.end_query()
         finally:
             if hook:
@@ -392,97 +298,12 @@ def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades
     return done
 
 
-def _query_prompts(qid: str, group: pl.DataFrame, grades: Mapping[str, int] | None, dataset: str, v: Variant,
-                   p: Protocol, scorer: Any, shuffled: bool) -> int:
-    """How many prompts scoring one query takes (as _score_query lays them out, noise re-reads included)."""
-    doc_ids = group.sort("first_stage_rank")["doc_id"].to_list()
-    n = len(doc_ids)
-    orders = _orders_for_query(qid, n, grades, doc_ids, dataset, v, p, shuffled)
-    count = sum(len(chunk_positions(n, p.B, chunking)) for *_, chunking in orders)
+def _query_prompts(plan: QueryPlan, p: Protocol, scorer: Any, shuffled: bool) -> int:
+    """How many prompts scoring one query takes (as finish_query lays them out, noise re-reads included)."""
+    count = len(plan.layout)
     if shuffled and measures_noise(scorer, p):
-        count += p.noise_rereads * len(chunk_positions(n, p.B, orders[0][3]))
+        count += p.noise_rereads * len(chunk_positions(len(plan.doc_ids), p.B, plan.orders[0][3]))
     return count
-
-
-# The bar is drawn this many times per progress line: a job's log and console get one line
-# every presdep.runtime.logs.PROGRESS_EVERY_S seconds (ProgressStream keeps one draw per
-# interval), and a terminal sees the bar move in between.
-PROGRESS_DRAWS_PER_LINE = 10
-
-
-class _Progress:
-    """A score job's bar in prompts done of total, with the tokens read, the rate and the time left.
-
-    Drawn at most and (by a heartbeat thread, while a batch is read, the weights load or
-    another job's read is awaited) at least every ``PROGRESS_EVERY_S / PROGRESS_DRAWS_PER_LINE``
-    seconds, so that :class:`presdep.runtime.logs.ProgressStream` writes a line every
-    ``PROGRESS_EVERY_S`` (30 s): the first when the bar opens, in the log at once and on the
-    console once the job has run that long. A query's prompts move the bar by at most its
-    own count (a scorer's noise re-reads hold companions too), topped up when it is done.
-    """
-
-    def __init__(self, total: int, initial: int, desc: str):
-        self._every = max(float(logs.PROGRESS_EVERY_S) / PROGRESS_DRAWS_PER_LINE, 0.001)
-        self._lock = threading.Lock()
-        self.tokens = 0
-        self._t0 = time.perf_counter()
-        self._left = 0  # of the current query's prompts, not reported yet
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="prompt", mininterval=self._every,
-                        miniters=1, postfix=self._postfix())
-        self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, name="score progress", daemon=True)
-        self._beat.start()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._stop.set()
-        self._beat.join()
-        with self._lock:
-            self.bar.set_postfix_str(self._postfix(), refresh=False)
-            self.bar.close()
-        return False
-
-    def _postfix(self) -> str:
-        elapsed = time.perf_counter() - self._t0
-        rate = self.tokens / elapsed if elapsed > 0 else 0.0
-        return f"{self.tokens:,} tokens, {rate:,.0f} tok/s"
-
-    def start_query(self, prompts: int) -> None:
-        self._left = prompts
-
-    def add(self, prompts: int, tokens: int = 0) -> None:
-        """``prompts`` done (read, or answered without a read) and ``tokens`` read by the model."""
-        with self._lock:
-            self.tokens += tokens
-            step = min(prompts, self._left)
-            self._left -= step
-            self.bar.set_postfix_str(self._postfix(), refresh=False)
-            self.bar.update(step)
-
-    def end_query(self) -> None:
-        if self._left:
-            self.add(self._left)
-
-    def _heartbeat(self) -> None:
-        beat = 0.0  # when this thread last drew the bar (tqdm's last_print_t says when update() did)
-        while not self._stop.wait(self._every):
-            with self._lock:
-                now = self.bar._time()
-                if now - max(self.bar.last_print_t, beat) < self._every:
-                    continue
-                # Not in the middle of a log record the main thread is writing to the same stream.
-                handlers = logging.getLogger().handlers
-                for h in handlers:
-                    h.acquire()
-                try:
-                    self.bar.set_postfix_str(self._postfix(), refresh=False)
-                    self.bar.refresh()  # the same counts and rate, a later elapsed time
-                finally:
-                    for h in reversed(handlers):
-                        h.release()
-                beat = now
 
 
 def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: str, run: ScoringRun, p: Protocol,

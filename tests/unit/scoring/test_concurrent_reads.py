@@ -187,16 +187,16 @@ def test_a_claim_left_by_a_dead_job_is_taken_over_at_once(tmp_path, model_dir, m
     assert ReadCache(tmp_path / "cache", swept.identity).claims_dir == swept.claims_dir
     assert not list(swept.claims_dir.glob("*.claim"))
     # ... and takes over those left after it started (the other job died while this one ran).
+    from presdep.scoring import read_through
+
+    class ClaimedAfterStart(ReadCache):  # the run's cache, with the dead job's claims planted once opened
+        def __init__(self, root, identity):
+            super().__init__(root, identity)
+            for k in keys:
+                _claim_file(self, k, pid=dead)
+
+    monkeypatch.setattr(read_through, "ReadCache", ClaimedAfterStart)
     sc = scorer_of(model_dir)
-    opened = sc.use_read_cache
-
-    def use_read_cache(root):
-        cache = opened(root)
-        for k in keys:
-            _claim_file(cache, k, pid=dead)
-        return cache
-
-    sc.use_read_cache = use_read_cache
     t0 = time.monotonic()
     prof = score(sc, cand, OTS, tmp_path / "out.parquet", tmp_path / "cache")
     assert time.monotonic() - t0 < 60

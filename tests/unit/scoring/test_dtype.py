@@ -114,7 +114,8 @@ def test_chosen_dtype_is_recorded(tmp_path, model_dir):
 
 def test_forced_float32_equals_a_direct_float32_readout(tmp_path, model_dir):
     """Through config, dtype resolution and the read cache, float32 scores are today's bit for bit:
-    every prompt of each query read directly by a float32 model in the same batches."""
+    every prompt of the job read directly by a float32 model in the same batches (the job's
+    batches span queries: one call over both queries' prompts)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from presdep.scoring.backends import TransformersScorer
@@ -128,16 +129,19 @@ def test_forced_float32_equals_a_direct_float32_readout(tmp_path, model_dir):
     direct = TransformersScorer(model, AutoTokenizer.from_pretrained(model_dir), max_doc_chars=60, batch_size=4)
     texts = dict(zip(cand["doc_id"], cand["doc"]))
     order = {"first_stage": 0, "random_shuffle": 1}
-    for qid, query in (("q0", "query 0"), ("q1", "query 1")):
+    queries = {"q0": "query 0", "q1": "query 1"}
+    per_query = {}
+    for qid in queries:
         rows = df.filter(pl.col("query_id") == qid)
         prompts = sorted(rows.group_by("perturbation", "presentation", "prompt"),
                          key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2]))
-        docs = [tuple(g.sort("slot")["doc_id"].to_list()) for _, g in prompts]
-        unique = list(dict.fromkeys(docs))  # a repeated prompt is read once, in first-seen order
-        read = dict(zip(unique, direct.slot_probs([(query, [texts[d] for d in ds]) for ds in unique])))
-        for (_, g), ds in zip(prompts, docs):
+        per_query[qid] = [(g, (qid, tuple(g.sort("slot")["doc_id"].to_list()))) for _, g in prompts]
+    unique = list(dict.fromkeys(key for qid in queries for _, key in per_query[qid]))  # first-seen order
+    read = dict(zip(unique, direct.slot_probs([(queries[q], [texts[d] for d in ds]) for q, ds in unique])))
+    for qid in queries:
+        for g, key in per_query[qid]:
             for row in g.sort("slot").iter_rows(named=True):
-                p = read[ds][row["slot"]]
+                p = read[key][row["slot"]]
                 assert row["score"] == float(p @ np.arange(4, dtype=np.float64))
                 assert [row[f"p{k}"] for k in range(4)] == [float(np.float32(x)) for x in p]
 

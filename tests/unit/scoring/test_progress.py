@@ -21,6 +21,7 @@ from presdep.contracts.schemas import read_table
 from presdep.runtime import logs
 from presdep.runtime.logs import ProgressStream
 from presdep.scoring.backends import TransformersScorer
+from presdep.scoring.read_through import ReadThrough
 from presdep.scoring.run import score_dataset
 
 V = {"chunking": "contiguous", "calibration": "none", "bsc_k": 1, "bsc_ensembles": 2, "capcal_beta": 1.0,
@@ -57,9 +58,9 @@ class Slow(TransformersScorer):
         super().__init__(*a, **kw)
         self.log, self.calls, self.seen = log, 0, []
 
-    def slot_probs(self, prompts):
+    def prepare(self, prompts):  # once per call of the job (its prompts of several queries)
         self.calls += 1
-        return super().slot_probs(prompts)
+        return super().prepare(prompts)
 
     def read_built(self, built):
         time.sleep(self.delays[min(len(self.seen), len(self.delays) - 1)])
@@ -87,14 +88,14 @@ def test_the_first_line_comes_before_the_first_query_is_done_and_lines_carry_cou
         tmp_path, tiny, monkeypatch):
     log = job_log(monkeypatch)
     model, tok = tiny
-    Slow.delays = [0.05]
+    Slow.delays = [0.12]  # 27 reads: about 3 s, so the time left shows while it runs
     sc = Slow(model, tok, max_doc_chars=60, batch_size=1, model_identity={"test": "progress"}, log=log)
     cand = candidates(3)
     score_dataset(cand, dataset="toy", run=ScoringRun.checked(V), protocol=Protocol.checked(PROTO),
                   out_path=tmp_path / "s.parquet", scorer=sc, read_cache=tmp_path / "cache")
     scores = read_table(tmp_path / "s.parquet", "scores")
     total = scores.select("perturbation", "presentation", "query_id", "prompt").unique().height
-    # What the log held when the first query's last read ended (before that query was written).
+    # What the log held when the first call's last read ended (before its queries were written).
     first_query = [text for call, text in sc.seen if call == 1]
     early = progress_lines(first_query[-1])
     assert early and int(early[0][1]) == 0 and int(early[0][2]) == total  # the bar's first line: 0 of all prompts
@@ -142,8 +143,8 @@ def test_the_scorer_reports_every_prompt_once_hits_repeats_and_reads(tmp_path, t
     """What moves the bar adds up: each prompt asked for once (read, repeated in the call, or a
     cache hit), and every token the model read."""
     model, tok = tiny
-    sc = TransformersScorer(model, tok, max_doc_chars=60, batch_size=2, model_identity={"test": "progress"})
-    sc.use_read_cache(tmp_path / "cache")
+    sc = ReadThrough(TransformersScorer(model, tok, max_doc_chars=60, batch_size=2, model_identity={"test": "progress"}),
+                     tmp_path / "cache")
     got = []
     sc.on_progress = lambda prompts, tokens: got.append((prompts, tokens))
     a, b, c = ("q", ["one doc", "two doc"]), ("q", ["two doc", "one doc"]), ("q", ["three doc"])
