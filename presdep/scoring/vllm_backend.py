@@ -1,22 +1,51 @@
-"""GPU backend: the expected-grade readout from vLLM prompt logprobs, LoRA adapters included.
+"""GPU backend: the expected-grade readout with vLLM, LoRA adapters included.
 
-A variant's ``adapter`` (a PEFT LoRA directory) is applied through vLLM's LoRA
-request API (``LLM(enable_lora=True)`` + ``LoRARequest`` on every ``generate``), so a
-trained row scored with vLLM is the trained model, never silently the base model.
+Two readouts (``readout``, a model entry's runtime option; see :mod:`presdep.scoring.vllm_readout`):
+
+- ``pooling`` (default): vLLM's pooling runner with a token classifier cut from the LM head's
+  four grade rows; the host gets ``[num_tokens, 4]`` logits per prompt and keeps B rows.
+- ``logprobs``: top-``logprobs_k`` prompt logprobs at every position; a slot whose grades are
+  not all among them gets an exact second read (full-vocabulary logprobs at its read position).
+
+A variant's ``adapter`` (a PEFT LoRA directory) is applied through vLLM's LoRA request API
+(``LLM(enable_lora=True)`` + ``LoRARequest`` on every ``encode`` / ``generate``), in both
+readouts, so a trained row scored with vLLM is the trained model, never silently the base model.
+
+The engine starts on the first read that misses the read cache: a job whose prompts were
+all read before never starts it.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from presdep.config.records import PromptSettings, ScoringRun
-from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.contracts.errors import InvalidInput
 from presdep.contracts.readouts import GradeReadout, PromptScorer
-from presdep.runtime.models import describe_model
+from presdep.runtime.hashing import weights_sha256
+from presdep.runtime.models import describe_model, model_identity
 from presdep.scoring.backends import _runtime_options, _template
+from presdep.scoring.read_cache import Stopwatch, entry_key
+from presdep.scoring.read_through import Prepared, readouts_of, token_batches
 from presdep.scoring.template import SkeletonBuilder
+from presdep.scoring.vllm_readout import (
+    CHUNK_PROMPTS,
+    DEFAULT_READOUT,
+    READOUT_OPTION,
+    MissingGradeLogprob,
+    ReadStats,
+    check_readout,
+    classifier_tokens,
+    grade_probs_from_logprobs,
+    logprob_reads,
+    pooling_overrides,
+    pooling_refusal,
+    token_logits_probs,
+)
 
 
 def adapter_rank(adapter: str | Path) -> int:
@@ -46,52 +75,11 @@ def vllm_max_lora_rank(rank: int) -> int:
     raise InvalidInput(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
-class MissingGradeLogprob(PresdepError, RuntimeError):
-    """A grade token is absent from the prompt logprobs vLLM returned for a read position."""
-
-
-def grade_probs_from_logprobs(
-    entry: Mapping[int, Any] | None, grade_ids: Sequence[int], *, where: str = "", logprobs_k: int | None = None
-) -> tuple[float, ...]:
-    """P(grade) from one position's returned logprobs, softmaxed over the grade tokens.
-
-    ``entry`` maps token id -> logprob (a float or an object with ``.logprob``, as vLLM
-    returns). Every grade token must be present: a missing one would otherwise be a
-    silent probability of 0, and which tokens fall outside the top k depends on the slot.
-    """
-    import math
-
-    entry = entry or {}
-    missing = [g for g, tid in enumerate(grade_ids) if tid not in entry]
-    if missing:
-        top = f"the top-{logprobs_k} " if logprobs_k else "the "
-        raise MissingGradeLogprob(
-            f"vllm readout{' at ' + where if where else ''}: grade(s) {missing} (token ids "
-            f"{[grade_ids[g] for g in missing]}) absent from {top}prompt logprobs ({len(entry)} tokens returned); "
-            "raise the variant's logprobs_k"
-        )
-    lps = []
-    for tid in grade_ids:
-        lp = float(getattr(entry[tid], "logprob", entry[tid]))
-        if math.isnan(lp) or lp == math.inf:
-            raise MissingGradeLogprob(f"vllm readout{' at ' + where if where else ''}: logprob {lp} for token {tid}")
-        lps.append(lp)
-    top_lp = max(lps)
-    if top_lp == -math.inf:
-        raise MissingGradeLogprob(f"vllm readout{' at ' + where if where else ''}: every grade token has logprob -inf")
-    ex = [math.exp(x - top_lp) for x in lps]
-    z = sum(ex)
-    return tuple(x / z for x in ex)
-
-
 class VLLMScorer(PromptScorer):
-    """GPU backend: the same token sequence, read from vLLM prompt logprobs.
+    """GPU backend: the same token sequence as the transformers reference, read by vLLM.
 
-    ``prompt_logprobs[t]`` is the distribution that predicted prompt token t, so
-    slot s is read at its dummy grade (read position + 1). vLLM returns the top
-    ``logprobs_k`` tokens plus the actual one (the dummy "0"); a grade token
-    outside them is an error (:class:`MissingGradeLogprob`, see
-    :func:`grade_probs_from_logprobs`), never a probability of 0.
+    It takes part in the run's read cache natively (:meth:`cache_identity`, :meth:`prepare`,
+    :meth:`read_prepared`, :meth:`plan_batches`); :meth:`score_prompts` serves callers without one.
     """
 
     name = "vllm"
@@ -100,6 +88,7 @@ class VLLMScorer(PromptScorer):
         self,
         model_path: str,
         *,
+        readout: str = DEFAULT_READOUT,
         max_doc_chars: int | None = None,
         dtype: str = "auto",
         logprobs_k: int = 20,
@@ -111,14 +100,30 @@ class VLLMScorer(PromptScorer):
         template: Any = None,
         instruction: str | None = None,
         adapter: str | None = None,
+        model_identity: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+        chunk_prompts: int = CHUNK_PROMPTS,
     ):
         try:
-            from vllm import LLM
+            import vllm
         except ImportError as exc:
             raise ImportError("the vllm scorer needs the GPU extra: pip install 'presdep[gpu]'") from exc
-        kw: dict[str, Any] = {"dtype": "bfloat16" if dtype == "auto" else dtype,
-                              "gpu_memory_utilization": gpu_memory_utilization,
-                              "max_logprobs": max(logprobs_k, 20)}
+        from transformers import AutoConfig, AutoTokenizer
+
+        self.readout = check_readout(readout)
+        self.vllm_version = str(getattr(vllm, "__version__", "unknown"))
+        self.dtype_name = "bfloat16" if dtype == "auto" else str(dtype)
+        self.model_path, self.revision = str(model_path), revision
+        # The tokenizer from the files vLLM loads its own from: prompts are built (and their
+        # cache keys known) before, or without, the engine.
+        tok = AutoTokenizer.from_pretrained(self.model_path, revision=revision)
+        self.builder = SkeletonBuilder(tok, template, max_doc_chars, chat_template_kwargs, instruction)
+        self.grade_ids = self.builder.grade_ids
+        self.template_sha256 = self.builder.template.sha256
+        self.logprobs_k = int(logprobs_k)
+        self.model_desc = dict(model_desc or {"path": self.model_path})
+        self.model_identity = model_identity
+        self.chunk_prompts = int(chunk_prompts)
+        kw: dict[str, Any] = {"dtype": self.dtype_name, "gpu_memory_utilization": gpu_memory_utilization}
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         if revision:
@@ -129,42 +134,141 @@ class VLLMScorer(PromptScorer):
 
             kw.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(adapter_rank(adapter)), max_loras=1)
             self.lora_request = LoRARequest("presdep-adapter", 1, str(adapter))
-        self.llm = LLM(model=str(model_path), **kw)
-        tok = self.llm.get_tokenizer()
-        self.builder = SkeletonBuilder(tok, template, max_doc_chars, chat_template_kwargs, instruction)
-        self.grade_ids = self.builder.grade_ids
-        self.template_sha256 = self.builder.template.sha256
-        self.logprobs_k = int(logprobs_k)
-        self.model_desc = dict(model_desc or {"path": str(model_path)})
-        self.slots_read = 0
+        if self.readout == "pooling":
+            cfg = AutoConfig.from_pretrained(self.model_path, revision=revision)
+            softcap = getattr(cfg.get_text_config(), "final_logit_softcapping", None)
+            why = pooling_refusal(getattr(cfg, "architectures", None), softcap, self.vllm_version, adapter)
+            if why:
+                raise InvalidInput(f"vllm readout pooling: {why}; {READOUT_OPTION}")
+            kw.update(runner="pooling", hf_overrides=pooling_overrides(cfg.architectures,
+                                                                      classifier_tokens(tok, self.grade_ids)))
+        else:
+            kw["max_logprobs"] = -1  # no cap: a second read asks for the whole vocabulary (logprobs=-1)
+        self._engine_kw = kw
+        self._llm: Any = None
+        self.load = Stopwatch()  # engine start-up, on the first cache miss
+        self.forward = Stopwatch()  # engine calls and the host step that turns their output into P(grade)
+        self.prompts_asked = 0
+        self.prompts_read = 0
+        self.tokens_read = 0
+        self._distinct: set[str] = set()
+        self.stats = ReadStats()
+        self.on_progress: Callable[[int, int], None] | None = None
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None:
+            from vllm import LLM
+
+            kw = dict(self._engine_kw)
+            if self.readout == "pooling":
+                from vllm.config import PoolerConfig
+
+                # One pooling task per engine since vLLM 0.21: the token-wise one.
+                kw["pooler_config"] = PoolerConfig(task="token_classify")
+            with self.load:
+                self._llm = LLM(model=self.model_path, **kw)
+        return self._llm
+
+    @property
+    def model_loaded(self) -> bool:
+        return self._llm is not None
+
+    @property
+    def distinct_prompts(self) -> int:
+        return len(self._distinct)
+
+    @property
+    def second_reads(self) -> int:
+        return self.stats.total["second_reads"]
 
     def describe(self) -> dict:
-        return {"scorer": self.name, "model": self.model_desc, "template": self.builder.template.name,
-                "template_sha256": self.template_sha256, "instruction": self.builder.instruction,
-                "logprobs_k": self.logprobs_k,
-                "grade_token_ids": list(self.grade_ids)}
+        out = {"scorer": self.name, "model": self.model_desc, "template": self.builder.template.name,
+               "template_sha256": self.template_sha256, "instruction": self.builder.instruction,
+               "dtype": self.dtype_name, "readout": self.readout, "grade_token_ids": list(self.grade_ids)}
+        if self.readout == "pooling":
+            out["classifier"] = "LM-head rows of the grade tokens (token_classify, raw logits)"
+        else:
+            out.update(logprobs_k=self.logprobs_k,
+                       missing_grade="second read: full-vocabulary logprobs at the read position")
+        return out
 
-    def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
+    def cache_identity(self) -> dict:
+        """Everything a stored read depends on besides its token ids and read positions."""
+        import torch
+
+        ident = self.model_identity() if callable(self.model_identity) else self.model_identity
+        if ident is None:
+            raise InvalidInput("a read cache needs the scorer's model_identity (the pinned source or weights hash); "
+                               "make_vllm sets it, a hand-built VLLMScorer must pass it")
+        return {"backend": "vllm", "model": dict(ident), "adapter_sha256": self.model_desc.get("adapter_sha256"),
+                "template_sha256": self.template_sha256, "dtype": self.dtype_name, "device_type": "cuda",
+                "readout": self.readout, "grade_token_ids": list(self.grade_ids), "vllm": self.vllm_version,
+                "torch": torch.__version__}
+
+    def prepare(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[Prepared]:
+        out = []
+        for q, d in prompts:
+            b = self.builder.build(q, d)
+            out.append(Prepared(entry_key(b.ids, b.read_positions), len(b.ids), b))
+        self.prompts_asked += len(out)
+        self._distinct.update(p.key for p in out)
+        return out
+
+    def plan_batches(self, items: Sequence[Prepared]) -> list[list[int]]:
+        """Chunks of up to ``chunk_prompts`` prompts, longest first: vLLM batches within a chunk."""
+        return token_batches([p.tokens for p in items], self.chunk_prompts)
+
+    def read_prepared(self, items: Sequence[Prepared]) -> list[np.ndarray]:
+        """P(grade) per slot, float64 ``[slots, 4]``, of each prepared prompt."""
+        if not items:
+            return []
+        built = [p.item for p in items]
+        llm = self.llm  # starts the engine on the first miss, outside the forward stopwatch
+        with self.forward:
+            out = self._read_pooling(llm, built) if self.readout == "pooling" else self._read_logprobs(llm, built)
+        tokens = sum(len(b.ids) for b in built)
+        self.prompts_read += len(built)
+        self.tokens_read += tokens
+        if self.on_progress is not None:
+            self.on_progress(len(built), tokens)
+        return out
+
+    def _read_pooling(self, llm: Any, built: Sequence[Any]) -> list[np.ndarray]:
+        from vllm import PoolingParams
+        from vllm.inputs import TokensPrompt
+
+        outs = llm.encode([TokensPrompt(prompt_token_ids=b.ids) for b in built], PoolingParams(use_activation=False),
+                          use_tqdm=False, lora_request=self.lora_request, pooling_task="token_classify")
+        return [token_logits_probs(o.outputs.data, len(b.ids), b.read_positions, where=f"prompt {k}")
+                for k, (b, o) in enumerate(zip(built, outs, strict=True))]
+
+    def _read_logprobs(self, llm: Any, built: Sequence[Any]) -> list[np.ndarray]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        built = [self.builder.build(q, d) for q, d in prompts]
-        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=self.logprobs_k)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=b.ids) for b in built], params, use_tqdm=False,
-                                 lora_request=self.lora_request)
-        result = []
-        for k, (b, out) in enumerate(zip(built, outs)):
-            plp = out.prompt_logprobs
-            if plp is None or len(plp) != len(b.ids):
-                raise RuntimeError(f"vLLM returned {None if plp is None else len(plp)} prompt logprobs for {len(b.ids)} tokens")
-            row = []
-            for s, r in enumerate(b.read_positions):
-                p = grade_probs_from_logprobs(plp[r + 1], self.grade_ids, where=f"prompt {k}, slot {s + 1}",
-                                              logprobs_k=self.logprobs_k)
-                row.append(GradeReadout(sum(g * pg for g, pg in enumerate(p)), p))
-                self.slots_read += 1
-            result.append(row)
-        return result
+        def generate(ids: Sequence[list[int]], params: Any) -> list:
+            return llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids], params, use_tqdm=False,
+                                lora_request=self.lora_request)
+
+        def second(prefixes: list[list[int]]) -> list:
+            # One generated token per prefix: its logprobs over the whole vocabulary are the
+            # distribution at the slot's read position.
+            full = SamplingParams(max_tokens=1, temperature=0.0, logprobs=-1, detokenize=False)
+            return [o.outputs[0].logprobs[0] for o in generate(prefixes, full)]
+
+        first = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=self.logprobs_k, detokenize=False)
+        outs = generate([b.ids for b in built], first)
+        probs, made = logprob_reads(built, [o.prompt_logprobs for o in outs], self.grade_ids, second, self.logprobs_k)
+        self.stats.add(made)
+        return probs
+
+    def take_stats(self) -> dict:
+        """Second reads since the last call (the scoring loop stores them per query)."""
+        return self.stats.take() if self.readout == "logprobs" else {}
+
+    def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
+        return [readouts_of(p) for p in self.read_prepared(self.prepare(prompts))]
 
 
 def make_vllm(run: ScoringRun, prompt: PromptSettings) -> VLLMScorer:
@@ -178,16 +282,22 @@ def make_vllm(run: ScoringRun, prompt: PromptSettings) -> VLLMScorer:
     adapter = run.adapter
     desc = describe_model(spec)
     if adapter:
-        desc = {**desc, "adapter": str(adapter)}
+        desc = {**desc, "adapter": str(adapter), "adapter_sha256": weights_sha256(adapter)}
+    opts = _runtime_options(run, spec)
     return VLLMScorer(
         path,
         adapter=str(adapter) if adapter else None,
         max_doc_chars=prompt.max_doc_chars,
-        **{k: v for k, v in _runtime_options(run, spec).items() if k in ("dtype", "logprobs_k", "gpu_memory_utilization")},
+        **{k: v for k, v in opts.items() if k in ("dtype", "logprobs_k", "gpu_memory_utilization", "readout")},
         max_model_len=spec.get("max_model_len"),
-        chat_template_kwargs=_runtime_options(run, spec).get("chat_template_kwargs"),
+        chat_template_kwargs=opts.get("chat_template_kwargs"),
         model_desc=desc,
         revision=revision,
         template=_template(prompt),
         instruction=prompt.instruction,
+        model_identity=lambda: model_identity(spec),
     )
+
+
+__all__ = ["MissingGradeLogprob", "VLLMScorer", "adapter_rank", "grade_probs_from_logprobs", "make_vllm",
+           "vllm_max_lora_rank"]

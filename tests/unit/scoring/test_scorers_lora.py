@@ -132,7 +132,7 @@ def test_vllm_wrapper_passes_the_lora_request_with_a_stub_engine(base_and_adapte
     for name, mod in (("vllm", vllm), ("vllm.inputs", inputs), ("vllm.lora", lora_mod), ("vllm.lora.request", req_mod)):
         monkeypatch.setitem(sys.modules, name, mod)
 
-    sc = make_scorer(ScoringRun.checked({**VARIANT, "scorer": "vllm", "model": local_model(base), "adapter": str(adapter)}), PromptSettings.checked(PROTO))
+    sc = make_scorer(ScoringRun.checked({**VARIANT, "scorer": "vllm", "model": local_model(base, readout="logprobs"), "adapter": str(adapter)}), PromptSettings.checked(PROTO))
     calls["grade_ids"] = sc.grade_ids
     got = sc.score(QUERY, DOCS)
     assert calls["init"]["enable_lora"] is True and calls["init"]["max_lora_rank"] == 8
@@ -143,6 +143,6 @@ def test_vllm_wrapper_passes_the_lora_request_with_a_stub_engine(base_and_adapte
 
     z = sum(math.exp(-g) for g in range(4))
     assert got[0].score == pytest.approx(sum(g * math.exp(-g) / z for g in range(4)), abs=1e-9)
-    plain = make_scorer(ScoringRun.checked({**VARIANT, "scorer": "vllm", "model": local_model(base)}), PromptSettings.checked(PROTO))
+    plain = make_scorer(ScoringRun.checked({**VARIANT, "scorer": "vllm", "model": local_model(base, readout="logprobs")}), PromptSettings.checked(PROTO))
     plain.score(QUERY, DOCS)
     assert "enable_lora" not in calls["init"] and calls["lora"][-1] is None
