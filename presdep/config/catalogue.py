@@ -27,7 +27,10 @@ from presdep.runtime.text_files import read_text_file
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 DATASETS_DIR = "resources/datasets"
 ENTRY_KEYS = ("name", "task", "population", "source", "first_stage", "instruction", "rubric",
-              "max_doc_chars", "max_length", "B", "licence", "availability")
+              "max_doc_chars", "max_length", "B", "licence", "availability", "sizes")
+# What `presdep plan` prices an entry by before its candidates exist (null: not known here); a
+# training pool's query counts come from its sampling, so it gives no `queries`.
+SIZE_KEYS = ("depth", "doc_chars", "query_chars", "source")
 QUERY_LIST_KEYS = ("shuffle_queries", "population_queries")
 SOURCE_KINDS = ("pyserini_prebuilt", "hf_datasets", "url", "irds", "user_supplied")
 AVAILABILITY = ("public", "gated", "proprietary")
@@ -110,6 +113,22 @@ def check_entry(entry: Mapping[str, Any], *, pool: bool) -> list[str]:
             out.append(f"{key} must be a positive integer, got {entry[key]!r}")
     if pool and not {"n", "seed", "heldout"} <= set(entry.get("sampling") or {}):
         out.append("a training pool needs sampling: {n, seed, heldout}")
+    return out + check_sizes(entry["sizes"], pool=pool)
+
+
+def check_sizes(sizes: Any, *, pool: bool) -> list[str]:
+    """``sizes``: {queries (not for a pool), depth, doc_chars, query_chars, source}; counts are
+    positive integers or null (unknown), the source a sentence."""
+    want = SIZE_KEYS if pool else ("queries", *SIZE_KEYS)
+    if not isinstance(sizes, Mapping) or set(sizes) != set(want):
+        got = sorted(sizes) if isinstance(sizes, Mapping) else sizes
+        return [f"sizes needs exactly {list(want)}, got {got!r}"]
+    out = [f"sizes.{k} must be a positive integer or null, got {sizes[k]!r}" for k in want
+           if k != "source" and sizes[k] is not None and (not isinstance(sizes[k], int) or sizes[k] < 1)]
+    if sizes["depth"] is None:
+        out.append("sizes.depth must be known (the candidates per query the first stage gives)")
+    if not isinstance(sizes["source"], str) or len(sizes["source"]) < 10:
+        out.append("sizes.source must say where the figures come from")
     return out
 
 

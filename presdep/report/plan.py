@@ -1,6 +1,7 @@
-"""What a config will ask of the GPUs, before a GPU hour is spent (``presdep plan``).
+"""What a config will ask of the GPUs, before any GPU time is spent (``presdep plan``).
 
-For each ``train_student`` job of a config: the micro-batch budget its step is cut by, the
+The training jobs' memory is planned here; the bill per stage and per rule (prompts, tokens,
+FLOPs, GPU-hours) is :mod:`presdep.report.plan_stages`'s. For each ``train_student`` job of a config: the micro-batch budget its step is cut by, the
 peak memory the memory model (:mod:`presdep.training.memory_model`) predicts for a full
 micro-batch, and the GPU memory its profile or config requests. A job fits when its largest
 training item (the views a loss term couples, each prompt at the training dataset's prompt
@@ -34,6 +35,9 @@ GPU_MEMORY_GB = {"h100": 80, "h200": 141, "a100": 80, "a100-80": 80, "a100-40": 
                  "a40": 48, "a6000": 48, "v100": 32, "v100-16": 16, "rtx4090": 24, "mi250x": 128, "mi300x": 192,
                  "gh200": 96, "b200": 180}
 TRAINING_RULE = "train_student"
+# The GPU a plan assumes when neither a profile nor the config names one (the bill's rates
+# assume it too, presdep.report.plan_rates).
+ASSUMED_GPU = "h100"
 
 
 @dataclass(frozen=True)
@@ -160,9 +164,10 @@ def _job_plan(job: str, model: str, s: TrainingSettings, dataset: str, cap: int 
         raise ConfigError(f"{job}: training dataset {dataset!r} is not from the catalogue, so no prompt cap "
                           f"(max_length) is known to plan its memory")
     gib, src = (float(s.gpu_mem_gb), "student.gpu_mem_gb") if s.gpu_mem_gb is not None else gpu
-    if gib is None:
-        raise ConfigError(f"{job}: no GPU memory is known ({src}); pass --profile with the site profile, "
-                          f"--gpu-mem-gb, or set student.gpu_mem_gb")
+    if gib is None:  # the GPU the bill is priced on, said as assumed
+        gib = GPU_MEMORY_GB[ASSUMED_GPU] * 1e9 / GIB
+        src = (f"assumed {ASSUMED_GPU} ({GPU_MEMORY_GB[ASSUMED_GPU]} GB; {src}): pass --profile with the site "
+               "profile, --gpu-mem-gb, or set student.gpu_mem_gb")
     dtype = s.dtype if s.dtype != "auto" else "bfloat16"
     ms = memory_settings(s, checkpointing=checkpointing_on(s, "cuda"), masked=pad_mask_on(s, "cuda"),
                          base_dtype=dtype)

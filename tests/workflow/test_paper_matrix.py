@@ -271,11 +271,13 @@ def test_every_catalogue_entry_has_a_fetch_rule(paper_dry_run, local_copies_dry_
 
 def test_presdep_plan_lists_every_training_job_and_each_fits_an_80_gb_gpu(paper_dry_run):
     """`presdep plan` plans exactly the dry run's train_student jobs, each within the site profile's
-    80 GB H100 less the memory margin."""
+    80 GB H100 less the memory margin, and bills every rule with the dry run's job count."""
     proc = subprocess.run([str(Path(sys.executable).with_name("presdep")), "plan", "--configfile", PAPER,
                            "--profile", "profiles/site-example", "--json"], cwd=REPO, capture_output=True,
                           text=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    billed = {r["rule"]: r["jobs"] for r in json.loads(proc.stdout)["rules"]}
+    assert billed == planned_jobs(paper_dry_run)
     plans = json.loads(proc.stdout)["jobs"]
     planned = {(p["job"].split("/")[0], p["job"].split("/seed")[1]) for p in plans}
     dry = {(j["wildcards"]["student"], j["wildcards"]["seed"]) for j in _jobs(paper_dry_run)
