@@ -1,20 +1,28 @@
-"""GPU benchmark: readout throughput and MFU, bf16 against fp32, the batch noise floor, one LoRA step, a CUDA score job.
+"""GPU benchmark: readout throughput, MFU and emulated vLLM readouts; bf16 against fp32 and the batch
+noise floor (random weights); one LoRA step; a CUDA score job; a block of rates for ``presdep plan``.
 
-One prepared run (well under 8 minutes on one H200) on a random ``Qwen3ForCausalLM`` of the
-Qwen3-4B shape (36 layers, hidden 2560, 32 query / 8 key-value heads, head_dim 128, FFN 9728,
-vocabulary 151,936, tied embeddings; bf16, SDPA). Prompts are random token ids shaped as the
-skeleton builder shapes them: a header, B = 20 documents, then the answer skeleton with one read
-position per slot (the token before each dummy grade); 4 fixed grade token ids. Each figure has
-its own baseline, measured in the same process:
+One prepared run (the default ``--seconds-budget`` of 360 s, well under 8 minutes on one H200) on a
+random ``Qwen3ForCausalLM`` of the Qwen3-4B shape (36 layers, hidden 2560, 32 query / 8 key-value
+heads, head_dim 128, FFN 9728, vocabulary 151,936, tied embeddings; bf16, SDPA). Prompts are random
+token ids shaped as the skeleton builder shapes them: a header, B = 20 documents, then the answer
+skeleton with one read position per slot (the token before each dummy grade); 4 fixed grade token
+ids. Each figure has its own baseline, measured in the same process:
 
-1. readout: prompt tokens/s through presdep's readout (``pad_batch`` + ``slot_grade_logits`` +
-   ``grade_probs`` under ``torch.inference_mode``, length-sorted batches, as
-   ``TransformersScorer.read_built`` does) per batch size, against a bare decoder forward
-   (``model.model(input_ids)``, no LM head) of the same padded batches; MFU against the bf16
-   matmul rate measured in this run; peak memory; OOM recorded per batch size.
-2. precision: E[g] of a bf16 model against an fp32 copy of the same (bf16) weights.
-3. noise floor: the same prompts read alone and inside batches with other companions, padding and
-   batch positions: |delta E[g]| against the alone read, and tau-PSI of the R batched reads.
+1. readout (benchmarks/gpu_readout.py): prompt tokens/s per batch size on padded, length-sorted
+   batches, through presdep's readout (``slot_only``: ``read_built``'s pad_batch, decoder, LM head
+   on the B read rows, float64 softmax) against a bare decoder forward (``model.model``, no LM
+   head); MFU against the bf16 matmul rate measured in this run; peak memory; OOM per batch size.
+   Beside it, two emulations, each with its ratio to ``slot_only``: ``full_vocab_per_position``
+   (vLLM's ``prompt_logprobs=20``: the LM head over the vocabulary at every position, topk 20,
+   host-side dicts; device and host seconds apart) and ``grade_rows_per_position`` (vLLM's pooling
+   runner with the four grade rows of the LM head as a token-level classifier). Part 1 starts no
+   new batch size after half the budget.
+2. precision (benchmarks/gpu_noise.py): E[g] of a bf16 model against an fp32 copy of the same
+   (bf16) weights.
+3. noise floor (benchmarks/gpu_noise.py): the same prompts read alone and inside batches of 16 (the
+   paper's batch size) with other companions, padding and batch positions: |delta E[g]| against
+   the alone read, and tau-PSI of the R batched reads. Parts 2 and 3 are labelled
+   ``"weights": "random"``: kernel-level figures, not a trained Qwen3-4B's score distribution.
 4. the LoRA training step as the loop runs it (benchmarks/gpu_training.py; r 16, alpha 32, the six
    projections, OC-SFT on 32 chunks = 64 prompts of 2,600-3,200 tokens, micro-batches cut by the
    memory model's budget, AdamW): checkpointing on without and with the padding mask, and off;
@@ -22,56 +30,64 @@ its own baseline, measured in the same process:
 5. a real ``presdep.scoring.run.score_dataset`` job on a tiny model saved to disk, on ``--device``
    (only where polars imports; else recorded as skipped).
 
+The output's top-level ``rates`` (device, readout_slot_tokens_per_s, readout_full_vocab_tokens_per_s,
+readout_grade_rows_tokens_per_s, train_tokens_per_s, matmul_bf16_flops_per_s; null where a part did
+not run) is what ``presdep plan --rates`` reads; ``rates_from`` says which rows they are.
+
 It needs only what a stock GPU image has (torch, transformers, peft, numpy, pyyaml, tqdm): the parts
 1-4 import presdep modules whose import chains need neither polars nor jsonschema (a test hides
 both, and the workflow's other tools, and runs the script).
 
     python benchmarks/gpu.py [--device cuda] [--tiny] [--batch-sizes 1,2,4,8,16,32] [--repeats 3]
-                             [--seconds-budget 480] [--out benchmarks/out/gpu.json]
+                             [--seconds-budget 360] [--out benchmarks/out/gpu.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import gc
 import importlib
 import json
 import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # a checkout run without installing presdep (a bare GPU image)
-    sys.path.insert(0, str(REPO))
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+for _p in (REPO, HERE):  # a checkout run without installing presdep (a bare GPU image); the parts' modules
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from gpu_common import SyntheticPrompts, build_model  # noqa: E402
+from gpu_noise import kendall_discordance, part_noise, part_precision, tau_psi_of_reads  # noqa: E402
+from gpu_readout import part_readout  # noqa: E402
+from gpu_training import part_training  # noqa: E402
+
+from presdep.runtime.flops import FLOPS_FORMULA, sequence_flops  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "out" / "gpu.json"
+READOUT_SHARE = 0.5  # part 1 starts no new batch size after this share of the budget: parts 2-4 need the rest
 
 # The Qwen3-4B shape, and a tiny one for CPU tests. Prompt lengths are totals (header + documents +
 # skeleton); ``prefix`` is the tokens of one skeleton line before its grade ("[i] Grade: ").
+# noise_batch 16: the paper's config reads with batch size 16.
 FULL = dict(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, ffn=9728, vocab=151936,
             B=20, len_lo=2000, len_hi=2800, header=150, prefix=6, pool=32, batch_sizes=[1, 2, 4, 8, 16, 32],
-            repeats=3, matmul_n=8192, matmul_reps=5, precision_prompts=4, noise_targets=4, noise_batch=8,
+            repeats=3, matmul_n=8192, matmul_reps=5, precision_prompts=4, noise_targets=4, noise_batch=16,
             noise_reads=6, lora_chunks=32, lora_len_lo=2600, lora_len_hi=3200, lora_steps=1, cpu_device_gib=0)
 TINY = dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512,
             B=20, len_lo=170, len_hi=230, header=20, prefix=3, pool=8, batch_sizes=[1, 2, 4],
             repeats=1, matmul_n=256, matmul_reps=3, precision_prompts=2, noise_targets=2, noise_batch=4,
             noise_reads=3, lora_chunks=4, lora_len_lo=170, lora_len_hi=230, lora_steps=1, cpu_device_gib=0.012)
+RATE_KEYS = ("device", "readout_slot_tokens_per_s", "readout_full_vocab_tokens_per_s",
+             "readout_grade_rows_tokens_per_s", "train_tokens_per_s", "matmul_bf16_flops_per_s")
 
-FLOPS_FORMULA = ("per sequence of L real tokens: 2 * N_nonembed * L + 2 * n_layers * L^2 * (n_heads * head_dim); "
-                 "N_nonembed = all parameters but the token embedding (tied, so the LM head too, which the readout "
-                 "runs on the B read rows only and the bare forward not at all); the attention term is QK^T and AV, "
-                 "4 * n_layers * L^2 * d_attn, halved for the causal mask (d_attn = n_heads * head_dim, 4096 for "
-                 "Qwen3-4B where hidden is 2560); padding tokens are not counted (mfu_padded counts them)")
-
-
-# ---------------------------------------------------------------- imports on a stock GPU image
+__all__ = ["FLOPS_FORMULA", "FULL", "RATE_KEYS", "TINY", "kendall_discordance", "main", "rates", "sequence_flops",
+           "summary", "tau_psi_of_reads"]
 
 
 def prepare_imports() -> dict:
@@ -82,390 +98,6 @@ def prepare_imports() -> dict:
     except ImportError:
         have_polars = False
     return {"polars": have_polars}
-
-
-# ---------------------------------------------------------------- figures
-
-
-def kendall_discordance(a: Sequence[float], b: Sequence[float]) -> float:
-    """Share of discordant pairs among all n(n-1)/2 document pairs of two score vectors.
-
-    A pair tied in exactly one of the two reads counts one half; a pair tied in both counts 0
-    (the reads agree). Without ties this is (1 - tau) / 2 with Kendall's tau (tau-a = tau-b).
-    """
-    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
-        raise ValueError(f"two score vectors of one length >= 2 are needed, got {x.shape} and {y.shape}")
-    i, j = np.triu_indices(len(x), 1)
-    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-    discordant = np.count_nonzero(sx * sy < 0) + 0.5 * np.count_nonzero((sx == 0) != (sy == 0))
-    return float(discordant / len(i))
-
-
-def tau_psi_of_reads(reads: np.ndarray) -> float:
-    """tau-PSI of R reads (R, n) of one presentation: the mean discordance over the R(R-1)/2 pairs of reads."""
-    r = np.asarray(reads, dtype=np.float64)
-    if r.ndim != 2 or r.shape[0] < 2:
-        raise ValueError(f"tau-PSI needs at least two reads (R, n), got shape {r.shape}")
-    return float(np.mean([kendall_discordance(r[p], r[q]) for p in range(len(r)) for q in range(p + 1, len(r))]))
-
-
-def sequence_flops(length: int, n_nonembed: int, layers: int, d_attn: int) -> float:
-    """Model FLOPs of one causal forward over ``length`` tokens (see FLOPS_FORMULA)."""
-    return 2.0 * n_nonembed * length + 2.0 * layers * float(length) ** 2 * d_attn
-
-
-# ---------------------------------------------------------------- synthetic prompts
-
-
-class SyntheticPrompts:
-    """Random token-id prompts in the skeleton builder's layout (PromptIds: ids + read positions).
-
-    ids = header + documents (newline-separated) + skeleton, where the skeleton is, per slot i,
-    (a newline before slots 2..B) + the fixed tokens of "[i] Grade: " + the dummy grade "0"; the read
-    position of slot i is its last prefix token, which predicts the grade (SkeletonBuilder.skeleton).
-    """
-
-    def __init__(self, vocab: int, B: int, prefix: int, header: int, rng: np.random.Generator):
-        # Qwen's "0".."3" are ids 15..18 and "\n" is 198; a tiny vocabulary uses 15..18 and 19.
-        self.grade_ids = (15, 16, 17, 18)
-        self.newline = 198 if vocab > 1000 else 19
-        self.pad_id = 151643 if vocab > 151643 else 0  # Qwen's <|endoftext|>
-        self.vocab, self.B, self.rng = vocab, B, rng
-        self.low = 200 if vocab > 1000 else 20  # random text ids avoid the special ids above
-        self.header = self.tokens(header)
-        self.prefixes = [self.tokens(prefix) for _ in range(B)]
-
-    def tokens(self, n: int) -> list[int]:
-        return [int(t) for t in self.rng.integers(self.low, min(self.vocab, 151643), size=max(1, int(n)))]
-
-    def skeleton_len(self, n_slots: int) -> int:
-        return sum(len(p) + 1 for p in self.prefixes[:n_slots]) + (n_slots - 1)
-
-    def documents(self, total: int) -> list[list[int]]:
-        """B random documents sized so the whole prompt has about ``total`` tokens."""
-        body = max(self.B, total - len(self.header) - self.skeleton_len(self.B) - (self.B - 1))
-        share = self.rng.dirichlet(np.full(self.B, 4.0))
-        return [self.tokens(max(1, round(body * s))) for s in share]
-
-    def prompt(self, docs: Sequence[Sequence[int]]):
-        from presdep.scoring.template import PromptIds
-
-        ids = list(self.header)
-        for k, d in enumerate(docs):
-            ids += ([self.newline] if k else []) + list(d)
-        head = len(ids)
-        reads = []
-        for i in range(len(docs)):
-            if i:
-                ids.append(self.newline)
-            ids += self.prefixes[i]
-            reads.append(len(ids) - 1)
-            ids.append(self.grade_ids[0])
-        return PromptIds(ids=ids, read_positions=reads, n_prompt_tokens=head)
-
-    def pool(self, n: int, lo: int, hi: int) -> list:
-        return [self.prompt(self.documents(int(self.rng.integers(lo, hi + 1)))) for _ in range(n)]
-
-
-# ---------------------------------------------------------------- the readout (as TransformersScorer.read_built)
-
-
-def sync(device: Any) -> None:
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def read_batch(model: Any, prompts: Sequence[Any], pad_id: int, grade_ids: Sequence[int], device: Any) -> list:
-    """One right-padded batch in the given order: P(grade) per slot, float64 [n_slots, 4] per prompt."""
-    import torch
-
-    from presdep.scoring.readout import grade_probs, pad_batch, slot_grade_logits
-
-    with torch.inference_mode():
-        ids, _, reads, _ = pad_batch(list(prompts), pad_id, device)
-        # Right padding + causal attention: no mask needed (see slot_grade_logits).
-        probs = grade_probs(slot_grade_logits(model, ids, None, reads, grade_ids)).cpu().numpy()
-    return [probs[k, : len(p.read_positions)] for k, p in enumerate(prompts)]
-
-
-def length_batches(built: Sequence[Any], batch_size: int) -> list[list[int]]:
-    order = sorted(range(len(built)), key=lambda i: -len(built[i].ids))  # similar lengths together
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def read_built(model: Any, built: Sequence[Any], batch_size: int, pad_id: int, grade_ids: Sequence[int],
-               device: Any) -> list:
-    """TransformersScorer.read_built's loop: length-sorted batches, results in input order."""
-    out: list = [None] * len(built)
-    for idx in length_batches(built, batch_size):
-        for i, p in zip(idx, read_batch(model, [built[i] for i in idx], pad_id, grade_ids, device)):
-            out[i] = p
-    return out
-
-
-def expected(probs: np.ndarray) -> np.ndarray:
-    return np.asarray(probs, dtype=np.float64) @ np.arange(4, dtype=np.float64)
-
-
-# ---------------------------------------------------------------- the model
-
-
-def build_model(shape: dict, device: Any, dtype: Any, seed: int) -> Any:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["ffn"],
-                      num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
-                      num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"],
-                      max_position_embeddings=40960, tie_word_embeddings=True, use_cache=False)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    with torch.device(device):  # weights created and initialised on the device
-        model = Qwen3ForCausalLM._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
-    return model.eval()
-
-
-def param_counts(model: Any) -> dict:
-    total = sum(p.numel() for p in model.parameters())  # tied weights are counted once
-    embed = model.get_input_embeddings().weight.numel()
-    return {"total": total, "embedding": embed, "non_embedding": total - embed}
-
-
-def matmul_rate(device: Any, dtype: Any, n: int, reps: int) -> dict:
-    """FLOP/s of a square matmul (2 n^3 per product), best of ``reps`` timed loops of 10."""
-    import torch
-
-    g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    inner = 10
-    for _ in range(3):
-        torch.matmul(a, b)
-    sync(device)
-    rates = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            torch.matmul(a, b)
-        sync(device)
-        rates.append(inner * 2.0 * n ** 3 / (time.perf_counter() - t0))
-    del a, b
-    return {"n": n, "dtype": str(dtype).replace("torch.", ""), "best_flops_per_s": max(rates),
-            "median_flops_per_s": statistics.median(rates), "reps": reps, "products_per_rep": inner}
-
-
-def _reset_peak(device: Any) -> None:
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-
-
-def _peak_gib(device: Any) -> float | None:
-    import torch
-
-    if torch.device(device).type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**30
-    return None
-
-
-def _is_oom(exc: BaseException) -> bool:
-    import torch
-
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def _free(device: Any) -> None:
-    import torch
-
-    gc.collect()
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
-
-
-# ---------------------------------------------------------------- part 1: readout throughput and MFU
-
-
-def part_readout(model, synth, pool, shape, args, device, deadline) -> dict:
-    import torch
-
-    from presdep.scoring.readout import pad_batch
-
-    counts = param_counts(model)
-    cfg = model.config
-    d_attn = cfg.num_attention_heads * cfg.head_dim
-    rate = matmul_rate(device, next(model.parameters()).dtype, shape["matmul_n"], shape["matmul_reps"])
-    peak = rate["best_flops_per_s"]
-
-    def flops(lengths):
-        return sum(sequence_flops(n, counts["non_embedding"], cfg.num_hidden_layers, d_attn) for n in lengths)
-
-    # Warm-up: kernels, allocator, cuBLAS handles.
-    read_built(model, pool[:1], 1, synth.pad_id, synth.grade_ids, device)
-    rows, skipped = [], []
-    for bs in args.batch_sizes:
-        if time.perf_counter() > deadline:
-            skipped.append(bs)
-            continue
-        batches = length_batches(pool, bs)
-        real = [len(p.ids) for p in pool]
-        padded = [len(batches[k]) * max(len(pool[i].ids) for i in batches[k]) for k in range(len(batches))]
-        padded_lengths = [max(len(pool[i].ids) for i in b) for b in batches for _ in b]
-        row: dict = {"batch_size": bs, "prompts": len(pool), "batches": len(batches), "tokens": sum(real),
-                     "padded_tokens": sum(padded), "padding_fraction": 1.0 - sum(real) / sum(padded)}
-        try:
-            dev_ids = [pad_batch([pool[i] for i in b], synth.pad_id, device)[0] for b in batches]
-
-            def bare():
-                with torch.inference_mode():
-                    for ids in dev_ids:
-                        model.model(input_ids=ids, use_cache=False)
-                sync(device)
-
-            def readout():
-                read_built(model, pool, bs, synth.pad_id, synth.grade_ids, device)
-                sync(device)
-
-            _reset_peak(device)
-            readout()  # warm-up at this shape
-            row["peak_memory_gib_readout"] = _peak_gib(device)
-            _reset_peak(device)
-            bare()
-            row["peak_memory_gib_bare"] = _peak_gib(device)
-            t_read, t_bare = [], []
-            for _ in range(args.repeats):  # interleaved, so background load hits both alike
-                t0 = time.perf_counter()
-                readout()
-                t_read.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                bare()
-                t_bare.append(time.perf_counter() - t0)
-            dev_ids.clear()
-            tr, tb = statistics.median(t_read), statistics.median(t_bare)
-            f_real, f_pad = flops(real), flops(padded_lengths)
-            row.update({
-                "seconds_readout": t_read, "seconds_bare": t_bare,
-                "tokens_per_s_readout": sum(real) / tr, "tokens_per_s_bare": sum(real) / tb,
-                "overhead_ratio": tr / tb,
-                "model_flops": f_real,
-                "flops_per_s_readout": f_real / tr, "flops_per_s_bare": f_real / tb,
-                "mfu_readout": f_real / tr / peak, "mfu_bare": f_real / tb / peak,
-                "mfu_padded_readout": f_pad / tr / peak, "mfu_padded_bare": f_pad / tb / peak,
-                "oom": False,
-            })
-        except (RuntimeError, MemoryError) as exc:
-            if not _is_oom(exc):
-                raise
-            row.update({"oom": True, "error": str(exc).splitlines()[0][:300]})
-        _free(device)
-        rows.append(row)
-    return {"matmul": rate, "params": counts, "d_attn": d_attn, "flops_formula": FLOPS_FORMULA,
-            "prompt_tokens": {"min": min(len(p.ids) for p in pool), "max": max(len(p.ids) for p in pool),
-                              "mean": statistics.mean(len(p.ids) for p in pool)},
-            "timing": ("median over repeats of the whole pool's reads; readout = pad_batch on the host, "
-                       "copy to the device, decoder, LM head on the read rows, softmax, copy back (read_built); "
-                       "bare = model.model(input_ids, use_cache=False) on the same padded batches already on "
-                       "the device"),
-            "repeats": args.repeats, "batch_sizes": rows, "skipped_batch_sizes": skipped}
-
-
-# ---------------------------------------------------------------- part 2: bf16 against fp32
-
-
-def part_precision(model, synth, pool, shape, device) -> dict:
-    import torch
-
-    low = model if next(model.parameters()).dtype == torch.bfloat16 else copy.deepcopy(model).to(torch.bfloat16)
-    ref = copy.deepcopy(low).to(torch.float32)  # the same (bf16-representable) weights in fp32
-    prompts = pool[: shape["precision_prompts"]]
-    p_low = read_built(low, prompts, 1, synth.pad_id, synth.grade_ids, device)
-    p_ref = read_built(ref, prompts, 1, synth.pad_id, synth.grade_ids, device)
-    del ref
-    if low is not model:
-        del low
-    _free(device)
-    de = np.concatenate([np.abs(expected(a) - expected(b)) for a, b in zip(p_low, p_ref)])
-    dp = max(float(np.abs(a - b).max()) for a, b in zip(p_low, p_ref))
-    tau = [kendall_discordance(expected(a), expected(b)) for a, b in zip(p_low, p_ref)]
-    return {"prompts": len(prompts), "slots": int(de.size), "batch_size": 1,
-            "mean_abs_delta_eg": float(de.mean()), "max_abs_delta_eg": float(de.max()),
-            "max_abs_delta_p": dp, "mean_discordance_bf16_vs_fp32": float(np.mean(tau)),
-            "tf32": {"matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-                     "cudnn": bool(torch.backends.cudnn.allow_tf32),
-                     "float32_matmul_precision": torch.get_float32_matmul_precision()}}
-
-
-# ---------------------------------------------------------------- part 3: the batch noise floor
-
-
-def part_noise(model, synth, pool, shape, device, rng) -> dict:
-    nb, reads_n = shape["noise_batch"], shape["noise_reads"]
-    targets = list(range(min(shape["noise_targets"], len(pool))))
-    per_target, deltas, taus = [], [], []
-    alone_max = 0.0
-    for t in targets:
-        alone = expected(read_batch(model, [pool[t]], synth.pad_id, synth.grade_ids, device)[0])
-        again = expected(read_batch(model, [pool[t]], synth.pad_id, synth.grade_ids, device)[0])
-        a_vs_a = float(np.abs(alone - again).max())
-        alone_max = max(alone_max, a_vs_a)
-        others = [i for i in range(len(pool)) if i != t]
-        reads, pads, positions = [], [], []
-        for _ in range(reads_n):
-            mates = [int(i) for i in rng.choice(others, size=min(nb - 1, len(others)), replace=False)]
-            where = int(rng.integers(0, len(mates) + 1))
-            batch = [pool[i] for i in mates]
-            batch.insert(where, pool[t])
-            probs = read_batch(model, batch, synth.pad_id, synth.grade_ids, device)[where]
-            reads.append(expected(probs))
-            pads.append(max(len(p.ids) for p in batch) - len(pool[t].ids))
-            positions.append(where)
-        r = np.stack(reads)
-        d = np.abs(r - alone[None])
-        deltas.append(d)
-        tau = tau_psi_of_reads(r)
-        taus.append(tau)
-        per_target.append({"tokens": len(pool[t].ids), "alone_vs_alone_max_abs": a_vs_a,
-                           "max_abs_delta_eg": float(d.max()), "mean_abs_delta_eg": float(d.mean()),
-                           "tau_psi_batched_reads": tau,
-                           "tau_psi_with_alone": tau_psi_of_reads(np.vstack([alone[None], r])),
-                           "padding_tokens": pads, "batch_positions": positions})
-    d = np.concatenate([x.ravel() for x in deltas])
-    return {"batch_size": nb, "reads_per_prompt": reads_n, "prompts": len(targets),
-            "alone_vs_alone_max_abs": alone_max,
-            "max_abs_delta_eg": float(d.max()), "mean_abs_delta_eg": float(d.mean()),
-            "tau_psi_mean": float(np.mean(taus)), "tau_psi_max": float(np.max(taus)),
-            "tau_psi_definition": ("per prompt, the mean over pairs of its R batched reads of the share of "
-                                   "discordant slot pairs (ties in one read count 1/2); = (1 - tau) / 2 untied"),
-            "per_prompt": per_target}
-
-
-# ---------------------------------------------------------------- part 4: one LoRA step
-
-
-def part_lora(model, synth, shape, args, device, rng) -> dict:
-    """The training step as the loop runs it, with its predicted and measured peak (gpu_training.py)."""
-    if str(Path(__file__).resolve().parent) not in sys.path:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gpu_training import part_training
-
-    return part_training(model, synth, shape, args, device, rng, sync=sync, reset_peak=_reset_peak, peak_gib=_peak_gib,
-                         is_oom=_is_oom, free=_free, set_checkpointing=_set_checkpointing)
-
-
-def _set_checkpointing(lm: Any, on: bool) -> None:
-    """Activation (gradient) checkpointing, non-reentrant; transformers >= 5.2x names it activation_*."""
-    if on:
-        if hasattr(lm, "activation_checkpointing_enable"):
-            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    elif hasattr(lm, "activation_checkpointing_disable"):
-        lm.activation_checkpointing_disable()
-    else:
-        lm.gradient_checkpointing_disable()
 
 
 # ---------------------------------------------------------------- part 5: a score_dataset job
@@ -560,6 +192,39 @@ def _environment(device: Any) -> dict:
     return env
 
 
+def rates(result: dict) -> tuple[dict, dict]:
+    """The block ``presdep plan --rates`` reads (exactly RATE_KEYS; null where the part did not run),
+    and which rows its figures come from."""
+    env, parts = result["environment"], result["parts"]
+    out: dict = dict.fromkeys(RATE_KEYS)
+    out["device"] = env.get("device_name") if env["device"].startswith("cuda") else "cpu"
+    src: dict = {}
+    ro = parts.get("readout", {})
+    ok = [r for r in ro.get("batch_sizes", []) if not r.get("oom")]
+    if ok:
+        best = max(ok, key=lambda r: r["tokens_per_s_readout"])
+        out["readout_slot_tokens_per_s"] = best["tokens_per_s_readout"]
+        for key, name in (("readout_full_vocab_tokens_per_s", "full_vocab_per_position"),
+                          ("readout_grade_rows_tokens_per_s", "grade_rows_per_position")):
+            row = best["rows"][name]
+            out[key] = None if row.get("oom") else row["tokens_per_s"]
+        src["readout_batch_size"] = best["batch_size"]
+        src["readout"] = ("slot_only's best batch size; the emulated rows at that batch size, full_vocab as the "
+                          "lower of its device-bound and host-bound rates")
+    if "matmul" in ro:
+        src["matmul_dtype"] = ro["matmul"]["dtype"]
+        if ro["matmul"]["dtype"] == "bfloat16":  # an fp32 run's rate is no bf16 rate
+            out["matmul_bf16_flops_per_s"] = ro["matmul"]["best_flops_per_s"]
+    ran = [s for s in parts.get("lora", {}).get("settings", [])
+           if s.get("gradient_checkpointing") and s.get("tokens_per_s") is not None]
+    if ran:
+        row = min(ran, key=lambda s: s["padding_mask"])  # without the mask (the CUDA default) where it ran
+        out["train_tokens_per_s"] = row["tokens_per_s"]
+        src["train"] = {"gradient_checkpointing": True, "padding_mask": row["padding_mask"],
+                        "micro_batches": row["micro_batches"]}
+    return out, src
+
+
 def _parse_sizes(text: str) -> list[int]:
     sizes = [int(x) for x in text.split(",") if x.strip()]
     if not sizes or min(sizes) < 1:
@@ -569,6 +234,16 @@ def _parse_sizes(text: str) -> list[int]:
 
 def _fmt(x: Any, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def _row_cells(r: dict) -> str:
+    rows = r.get("rows", {})
+    fv, gr = rows.get("full_vocab_per_position", {}), rows.get("grade_rows_per_position", {})
+    fv_cells = ("OOM | | " if fv.get("oom") else
+                f"{fv['tokens_per_s_device']:.4g} | {fv['tokens_per_s_host']:.4g} | "
+                f"{fv['ratio_to_slot_only']:.3f} ")
+    gr_cells = "OOM |" if gr.get("oom") else f"{gr['tokens_per_s']:.4g} ({gr['ratio_to_slot_only']:.3f}) |"
+    return f"| {fv_cells}| {gr_cells}"
 
 
 def summary(result: dict) -> str:
@@ -582,29 +257,37 @@ def summary(result: dict) -> str:
         lines.append(f"1. readout: {ro['params']['non_embedding'] / 1e9:.3g} B non-embedding params, prompts "
                      f"{ro['prompt_tokens']['min']}-{ro['prompt_tokens']['max']} tokens; matmul {m['n']}^3 "
                      f"{m['dtype']}: {m['best_flops_per_s'] / 1e12:.4g} TFLOP/s")
-        lines.append("   | batch | tokens/s readout | tokens/s bare | overhead | MFU readout | MFU bare | peak GiB |")
+        lines.append("   | batch | tokens/s slot_only | tokens/s bare | overhead | MFU slot_only | MFU bare | peak GiB "
+                     "| EMULATED full_vocab tokens/s device | host | ratio | EMULATED grade_rows tokens/s (ratio) |")
         for r in ro["batch_sizes"]:
             if r.get("oom"):
-                lines.append(f"   | {r['batch_size']} | OOM | | | | | |")
+                lines.append(f"   | {r['batch_size']} | OOM | | | | | | | | | |")
                 continue
             lines.append(f"   | {r['batch_size']} | {r['tokens_per_s_readout']:.4g} | {r['tokens_per_s_bare']:.4g} | "
                          f"{r['overhead_ratio']:.3f} | {r['mfu_readout']:.3f} | {r['mfu_bare']:.3f} | "
-                         f"{_fmt(r['peak_memory_gib_readout'], '.2f')} |")
+                         f"{_fmt(r['peak_memory_gib_readout'], '.2f')} {_row_cells(r)}")
+        lines.append("   EMULATED rows (not vLLM itself): full_vocab = vLLM prompt_logprobs=20 (ratio from the lower "
+                     "of device and host rates); grade_rows = vLLM token-level pooling with the 4 grade rows")
+    if any(parts.get(k, {}).get("weights") == "random" for k in ("precision", "noise")):
+        lines.append("2.-3. RANDOM WEIGHTS: kernel-level figures, not a trained Qwen3-4B's score distribution")
     pr = parts.get("precision", {})
     if "max_abs_delta_eg" in pr:
         lines.append(f"2. bf16 vs fp32 E[g] over {pr['slots']} slots: mean {pr['mean_abs_delta_eg']:.3g}, "
-                     f"max {pr['max_abs_delta_eg']:.3g}")
+                     f"max {pr['max_abs_delta_eg']:.3g} (random weights)")
     no = parts.get("noise", {})
     if "max_abs_delta_eg" in no:
         lines.append(f"3. noise floor (batch {no['batch_size']}, {no['reads_per_prompt']} reads x {no['prompts']} "
                      f"prompts): alone vs alone max {no['alone_vs_alone_max_abs']:.3g}; batched vs alone mean "
                      f"{no['mean_abs_delta_eg']:.3g}, max {no['max_abs_delta_eg']:.3g}; tau-PSI mean "
-                     f"{no['tau_psi_mean']:.3g}, max {no['tau_psi_max']:.3g}")
+                     f"{no['tau_psi_mean']:.3g}, max {no['tau_psi_max']:.3g} (random weights)")
     lo = parts.get("lora", {})
     for r in lo.get("settings", []):
         what = (f"4. LoRA step ({lo['prompts_per_step']} prompts), checkpointing "
-                f"{'on' if r['gradient_checkpointing'] else 'off'}, mask {'on' if r['padding_mask'] else 'off'}, "
-                f"SDPA {r['sdpa_backend_probe']}")
+                f"{'on' if r['gradient_checkpointing'] else 'off'}, mask {'on' if r['padding_mask'] else 'off'}")
+        if "skipped" in r:
+            lines.append(f"{what}: skipped ({r['skipped']})")
+            continue
+        what += f", SDPA {r['sdpa_backend_probe']}"
         if not r.get("fits"):
             lines.append(f"{what}: one chunk does not fit ({r.get('error', '')[:80]})")
         elif r.get("oom"):
@@ -617,6 +300,8 @@ def summary(result: dict) -> str:
     if "dtype" in sj:
         lines.append(f"5. score_dataset on {sj['device_type']}: {sj['rows']} rows, dtype {sj['dtype']}, "
                      f"cache identity dtype {sj['cache_identity']['dtype']} / {sj['cache_identity']['device_type']}")
+    lines.append("rates (presdep plan --rates): " + ", ".join(
+        f"{k} {v if isinstance(v, str) else _fmt(v, '.4g')}" for k, v in result["rates"].items()))
     for name, why in result["skipped"].items():
         lines.append(f"   skipped {name}: {why}")
     return "\n".join(lines)
@@ -631,11 +316,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lora-steps", type=int, default=None, help="timed LoRA steps after the warm-up one")
     ap.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                     help="the main model's dtype; auto: bfloat16 on cuda, float32 on cpu")
-    ap.add_argument("--seconds-budget", type=float, default=480.0,
-                    help="stop at the next part boundary (or batch size) once this much time has passed")
+    ap.add_argument("--seconds-budget", type=float, default=360.0,
+                    help="stop at the next part boundary (or batch size, or LoRA row) once this much time has "
+                         f"passed; part 1 starts no batch size after {READOUT_SHARE:.0%} of it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the output JSON (its folder is created)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     deadline = t_start + args.seconds_budget
@@ -666,7 +352,7 @@ def main(argv: list[str] | None = None) -> dict:
     result: dict = {
         "benchmark": "gpu", "shape_name": "tiny" if args.tiny else "Qwen3-4B (random weights)",
         "shape": {k: shape[k] for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "B",
-                                        "len_lo", "len_hi", "pool")},
+                                        "len_lo", "len_hi", "pool", "noise_batch")},
         "model_class": type(model).__name__, "attn_implementation": model.config._attn_implementation,
         "dtype": str(dtype).replace("torch.", ""), "grade_token_ids": list(synth.grade_ids), "pad_id": synth.pad_id,
         "seconds_budget": args.seconds_budget, "seed": args.seed,
@@ -675,11 +361,12 @@ def main(argv: list[str] | None = None) -> dict:
     }
 
     # Part 4 adds LoRA adapters to the model itself, so it runs after every inference part.
+    readout_deadline = t_start + READOUT_SHARE * args.seconds_budget
     plan = [
-        ("readout", lambda: part_readout(model, synth, pool, shape, args, device, deadline)),
+        ("readout", lambda: part_readout(model, synth, pool, shape, args, device, readout_deadline)),
         ("precision", lambda: part_precision(model, synth, pool, shape, device)),
         ("noise", lambda: part_noise(model, synth, pool, shape, device, rng)),
-        ("lora", lambda: part_lora(model, synth, shape, args, device, rng)),
+        ("lora", lambda: part_training(model, synth, shape, args, device, rng, deadline)),
         ("score_job", lambda: part_score_job(args, device)),
     ]
     for name, fn in plan:
@@ -700,7 +387,10 @@ def main(argv: list[str] | None = None) -> dict:
         if name == "readout" and result["parts"][name]["skipped_batch_sizes"]:
             result["skipped"]["readout batch sizes"] = (f"{result['parts'][name]['skipped_batch_sizes']}: "
                                                         "seconds budget spent")
+        if name == "lora" and any("skipped" in s for s in result["parts"][name]["settings"]):
+            result["skipped"]["lora rows"] = "seconds budget spent"
     result["elapsed_s"] = time.perf_counter() - t_start
+    result["rates"], result["rates_from"] = rates(result)
     text = json.dumps(result, indent=2, default=str)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
+
+import torch
+from gpu_common import free, is_oom, peak_gib, reset_peak, sync
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]
 GIB = 2**30
@@ -25,7 +28,6 @@ GIB = 2**30
 def sdpa_backend(device: Any, dtype: Any, heads: int, head_dim: int, length: int, masked: bool) -> str:
     """The first SDPA backend (flash, memory-efficient, math) that runs a causal attention of this
     shape, with an explicit mask or with ``is_causal`` alone, as transformers calls it."""
-    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q = torch.randn(1, heads, length, head_dim, device=device, dtype=dtype)
@@ -41,11 +43,23 @@ def sdpa_backend(device: Any, dtype: Any, heads: int, head_dim: int, length: int
     return "none"
 
 
-def part_training(model: Any, synth: Any, shape: dict, args: Any, device: Any, rng: Any, *,
-                  sync: Callable, reset_peak: Callable, peak_gib: Callable, is_oom: Callable, free: Callable,
-                  set_checkpointing: Callable) -> dict:
-    import torch
+def set_checkpointing(lm: Any, on: bool) -> None:
+    """Activation (gradient) checkpointing, non-reentrant; transformers >= 5.2x names it activation_*."""
+    if on:
+        if hasattr(lm, "activation_checkpointing_enable"):
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(lm, "activation_checkpointing_disable"):
+        lm.activation_checkpointing_disable()
+    else:
+        lm.gradient_checkpointing_disable()
 
+
+def part_training(model: Any, synth: Any, shape: dict, args: Any, device: Any, rng: Any,
+                  deadline: float | None = None) -> dict:
+    """The rows in order of interest; once ``deadline`` (perf_counter) has passed, the rest are
+    recorded as skipped."""
     from presdep.scoring.readout import pad_batch, slot_grade_logits
     from presdep.training.lora import add_lora
     from presdep.training.memory_model import MemorySettings, ModelShape, micro_batch_budget, predict_peak
@@ -93,12 +107,17 @@ def part_training(model: Any, synth: Any, shape: dict, args: Any, device: Any, r
         sync(device)
 
     out: dict = {"lora": spec, "objective": obj.describe(), "batch_chunks": chunks, "prompts_per_step": 2 * chunks,
-                 "tokens_per_step": tokens, "device_gib": total / GIB, "trainable_params": sum(p.numel() for p in params),
+                 "tokens_per_step": tokens, "device_gib": total / GIB,
+                 "trainable_params": sum(p.numel() for p in params),
                  "how": "presdep.training.train_step's cut: sorted items, the memory model's budget (margin 0.1), "
                         "both views of a chunk in one micro-batch, the step's denominators, one AdamW step",
                  "settings": []}
     peft_model.train()
     for ckpt, masked in ((True, False), (True, True), (False, False)):
+        if deadline is not None and time.perf_counter() > deadline:
+            out["settings"].append({"gradient_checkpointing": ckpt, "padding_mask": masked,
+                                    "skipped": "seconds budget spent"})
+            continue
         set_checkpointing(lm, ckpt)
         ms = MemorySettings(adapter_dtype="float32", dropout=0.05, checkpoint_every_layers=1 if ckpt else 0,
                             base_dtype=dtype_name, masked=masked, device=torch.device(device).type)

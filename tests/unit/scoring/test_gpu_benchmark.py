@@ -1,6 +1,8 @@
-"""benchmarks/gpu.py: the tiny shape on the CPU gives every part's figures, and it runs where only a
-stock GPU image's packages are (polars, jsonschema and the workflow's tools hidden); its tau-PSI
-discordance agrees with scipy's Kendall tau and with presdep's own tau-PSI on untied scores."""
+"""benchmarks/gpu.py: the tiny shape on the CPU gives every part's figures (the slot-only readout and
+the two emulated vLLM readouts beside it, random-weight labels on parts 2-3, the rates block that
+``presdep plan --rates`` reads), and it runs where only a stock GPU image's packages are (polars,
+jsonschema and the workflow's tools hidden); its tau-PSI discordance agrees with scipy's Kendall tau
+and with presdep's own tau-PSI on untied scores."""
 
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "benchmarks" / "gpu.py"
+# What presdep plan --rates reads: exactly these keys.
+RATE_KEYS = {"device", "readout_slot_tokens_per_s", "readout_full_vocab_tokens_per_s",
+             "readout_grade_rows_tokens_per_s", "train_tokens_per_s", "matmul_bf16_flops_per_s"}
+READOUT_ROWS = ("slot_only", "full_vocab_per_position", "grade_rows_per_position")
 # Installed here but not on a stock GPU image (or never needed by parts 1-4 there).
 NOT_ON_GPU_IMAGE = ("polars", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "snakemake", "vllm",
                     "pytrec_eval", "gguf")
@@ -79,11 +85,105 @@ def test_readout_throughput_and_overhead(tiny_run):
             assert _finite_pos(b[key]), (b["batch_size"], key, b[key])
         assert b["padded_tokens"] >= b["tokens"] and 0 <= b["padding_fraction"] < 1
         assert b["peak_memory_gib_readout"] is None  # CUDA only
-    # The FLOP count is the documented formula.
+    # The FLOP count is the documented formula, from presdep.runtime.flops (one place for it).
+    from presdep.runtime import flops
+
     p, layers, d_attn = ro["params"]["non_embedding"], tiny_run[0]["shape"]["layers"], ro["d_attn"]
     assert d_attn == 64 and p == ro["params"]["total"] - ro["params"]["embedding"]
     mod = _load_module()
+    assert mod.sequence_flops is flops.sequence_flops and ro["flops_formula"] == flops.FLOPS_FORMULA
     assert mod.sequence_flops(200, p, layers, d_attn) == 2 * p * 200 + 2 * layers * 200**2 * d_attn
+
+
+def test_emulated_readout_rows_beside_slot_only(tiny_run):
+    ro = tiny_run[0]["parts"]["readout"]
+    assert set(ro["rows"]) == set(READOUT_ROWS) and ro["top_k"] == 20
+    assert [ro["rows"][n]["emulation"] for n in READOUT_ROWS] == [False, True, True]
+    assert "prompt_logprobs=20" in ro["rows"]["full_vocab_per_position"]["emulates"]
+    assert "pooling" in ro["rows"]["grade_rows_per_position"]["emulates"]
+    for b in ro["batch_sizes"]:
+        rows = b["rows"]
+        assert set(rows) == set(READOUT_ROWS)
+        for name in READOUT_ROWS:
+            r = rows[name]
+            assert not r["oom"] and r["emulation"] == (name != "slot_only")
+            for key in ("tokens_per_s", "tokens_per_s_device", "tokens_per_s_serial", "ratio_to_slot_only"):
+                assert _finite_pos(r[key]), (b["batch_size"], name, key, r[key])
+            assert len(r["seconds_device"]) == len(r["seconds_host"]) == ro["repeats"]
+        assert rows["slot_only"]["tokens_per_s"] == b["tokens_per_s_readout"]
+        assert rows["slot_only"]["ratio_to_slot_only"] == 1.0
+        fv = rows["full_vocab_per_position"]
+        # device and host apart; the row's rate is the lower of the two
+        assert _finite_pos(fv["tokens_per_s_host"])
+        assert fv["tokens_per_s"] == min(fv["tokens_per_s_device"], fv["tokens_per_s_host"])
+        assert fv["ratio_to_slot_only"] == pytest.approx(fv["tokens_per_s"] / b["tokens_per_s_readout"])
+        # every position with a next token, 20 top entries plus the next token (20 where it is among them)
+        assert fv["positions"] == b["tokens"] - b["prompts"] and 20 < fv["dict_entries_per_position"] <= 21
+        # the grade rows at every position, picked on the host: the slot-only readout's probabilities
+        assert rows["grade_rows_per_position"]["max_abs_delta_p_vs_slot_only"] < 1e-5
+
+
+def test_position_logprob_dicts_as_vllm_holds_them():
+    _load_module()  # puts the benchmark's folder on sys.path
+    from gpu_common import SyntheticPrompts
+    from gpu_readout import position_logprob_dicts
+
+    prompts = SyntheticPrompts(512, 2, 2, 3, np.random.default_rng(0)).pool(2, 9, 12)
+    n = sum(len(p.ids) - 1 for p in prompts)
+    top_ids = np.tile(np.arange(100, 120), (n, 1))
+    top_lp = -np.tile(np.arange(20.0), (n, 1))
+    nxt = np.array([7] * (n - 1) + [105])  # the last position's next token is among its top 20
+    out = position_logprob_dicts(top_ids, top_lp, nxt, np.full(n, -30.0), prompts)
+    assert [len(per) for per in out] == [len(p.ids) for p in prompts]
+    assert all(per[0] is None for per in out)
+    first = out[0][1]
+    assert len(first) == 21 and first[7] == -30.0 and first[100] == 0.0 and first[119] == -19.0
+    assert len(out[-1][-1]) == 20 and out[-1][-1][105] == -5.0
+
+
+def test_rates_block(tiny_run):
+    r = tiny_run[0]
+    rates, src = r["rates"], r["rates_from"]
+    assert set(rates) == RATE_KEYS and rates["device"] == "cpu"
+    ro = r["parts"]["readout"]
+    best = max(ro["batch_sizes"], key=lambda b: b["tokens_per_s_readout"])
+    assert src["readout_batch_size"] == best["batch_size"]
+    assert rates["readout_slot_tokens_per_s"] == best["tokens_per_s_readout"]
+    assert rates["readout_full_vocab_tokens_per_s"] == best["rows"]["full_vocab_per_position"]["tokens_per_s"]
+    assert rates["readout_grade_rows_tokens_per_s"] == best["rows"]["grade_rows_per_position"]["tokens_per_s"]
+    lo = r["parts"]["lora"]["settings"]
+    assert rates["train_tokens_per_s"] == lo[0]["tokens_per_s"] and (lo[0]["gradient_checkpointing"],
+                                                                     lo[0]["padding_mask"]) == (True, False)
+    assert all(_finite_pos(rates[k]) for k in RATE_KEYS - {"device", "matmul_bf16_flops_per_s"})
+    # the tiny CPU run's matmul is float32: no bf16 rate to hand the plan
+    assert ro["matmul"]["dtype"] == "float32" and rates["matmul_bf16_flops_per_s"] is None
+    assert "rates" in tiny_run[1]
+
+
+def test_rates_fall_back_and_stay_null():
+    """An OOM'd emulated row at the best batch size is null; training falls back to the masked row."""
+    mod = _load_module()
+    ok = {"oom": False, "tokens_per_s": 5.0}
+    readout = {"matmul": {"dtype": "bfloat16", "best_flops_per_s": 7e14}, "batch_sizes": [
+        {"batch_size": 1, "oom": False, "tokens_per_s_readout": 10.0,
+         "rows": {"full_vocab_per_position": ok, "grade_rows_per_position": ok}},
+        {"batch_size": 8, "oom": False, "tokens_per_s_readout": 30.0,
+         "rows": {"full_vocab_per_position": {"oom": True, "error": "out of memory"},
+                  "grade_rows_per_position": {"oom": False, "tokens_per_s": 25.0}}},
+        {"batch_size": 32, "oom": True}]}
+    lora = {"settings": [{"gradient_checkpointing": True, "padding_mask": False, "oom": True},
+                         {"gradient_checkpointing": True, "padding_mask": True, "tokens_per_s": 3.0,
+                          "micro_batches": 2},
+                         {"gradient_checkpointing": False, "padding_mask": False, "tokens_per_s": 9.0,
+                          "micro_batches": 4}]}
+    env = {"device": "cuda", "device_name": "NVIDIA H200"}
+    rates, src = mod.rates({"environment": env, "parts": {"readout": readout, "lora": lora}})
+    assert rates == {"device": "NVIDIA H200", "readout_slot_tokens_per_s": 30.0,
+                     "readout_full_vocab_tokens_per_s": None, "readout_grade_rows_tokens_per_s": 25.0,
+                     "train_tokens_per_s": 3.0, "matmul_bf16_flops_per_s": 7e14}
+    assert src["train"]["padding_mask"] is True and src["readout_batch_size"] == 8
+    none, _ = mod.rates({"environment": env, "parts": {"readout": {"skipped": "budget"}}})
+    assert none == dict.fromkeys(RATE_KEYS) | {"device": "NVIDIA H200"}
 
 
 def test_precision_and_noise_floor(tiny_run):
@@ -93,6 +193,15 @@ def test_precision_and_noise_floor(tiny_run):
         assert math.isfinite(pr[key]) and pr[key] >= 0
     assert pr["max_abs_delta_eg"] >= pr["mean_abs_delta_eg"] and pr["slots"] == 2 * 20
     no = parts["noise"]
+    # random weights: kernel-level figures, and the JSON says so
+    for part in (pr, no):
+        assert part["weights"] == "random" and "random weights" in part["meaning"]
+        assert "not a trained Qwen3-4B" in part["meaning"]
+    assert "RANDOM WEIGHTS" in tiny_run[1]
+    # the tiny run's noise batch is its shape's; the full run's is the paper's 16
+    assert no["batch_size"] == tiny_run[0]["shape"]["noise_batch"] == 4
+    mod = _load_module()
+    assert mod.FULL["noise_batch"] == 16 and mod.TINY["noise_batch"] <= 4
     # The same prompt read alone twice on the CPU: bit-identical.
     assert no["alone_vs_alone_max_abs"] == 0.0
     assert all(t["alone_vs_alone_max_abs"] == 0.0 for t in no["per_prompt"])
@@ -140,6 +249,7 @@ def test_runs_with_only_a_stock_gpu_image(tmp_path):
     assert _finite_pos(r["parts"]["readout"]["batch_sizes"][0]["tokens_per_s_readout"])
     assert r["parts"]["noise"]["alone_vs_alone_max_abs"] == 0.0
     assert all(not s["oom"] for s in r["parts"]["lora"]["settings"])
+    assert set(r["rates"]) == RATE_KEYS and _finite_pos(r["rates"]["readout_full_vocab_tokens_per_s"])
 
 
 def test_seconds_budget_stops_at_a_part_boundary(tmp_path):
@@ -148,6 +258,7 @@ def test_seconds_budget_stops_at_a_part_boundary(tmp_path):
     assert json.loads(out.read_text())["skipped"] == r["skipped"]
     assert set(r["skipped"]) == {"readout", "precision", "noise", "lora", "score_job"}
     assert all("seconds budget" in why for why in r["skipped"].values())
+    assert r["rates"] == dict.fromkeys(RATE_KEYS) | {"device": "cpu"}  # null: no part ran
 
 
 def test_discordance_is_kendall_tau_untied():
