@@ -4,7 +4,8 @@ A scorer is any object with a ``name`` and
 ``score(query, docs) -> list[GradeReadout]`` (one readout per document, in input
 order) plus a batched ``score_prompts([(query, docs), ...])``. Presentations,
 the first-stage pass, chunking and resumable output are written once around it
-(:mod:`presdep.scoring.run`); CapCal recalibrates a stored run's probabilities
+(:mod:`presdep.scoring.run`), and every scorer that reads grade probabilities reads through
+the run's read cache (:mod:`presdep.scoring.read_through`); CapCal recalibrates a stored run's probabilities
 (:mod:`presdep.scoring.capcal`); BSC's averages are views (:mod:`presdep.contracts.views`).
 
 Each registered name carries a :class:`Capabilities` record, so a variant asking

@@ -110,7 +110,7 @@ class TextReads:
             if off.size and off.max() > SCORE_TOLERANCE:
                 raise InvalidInput(f"scorer {self.scorer.name!r} declares probabilities, but a score differs from "
                                    f"E[g] of its probabilities by {off.max():.3g} (a read served from the cache "
-                                   "is E[g]; tolerance {SCORE_TOLERANCE})")
+                                   f"is E[g]; tolerance {SCORE_TOLERANCE})")
             out.append(probs)
         return out
 
