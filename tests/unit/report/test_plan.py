@@ -94,3 +94,11 @@ def test_a_set_micro_batch_is_planned_as_set_and_cpu_students_need_no_gpu(tmp_pa
     assert rerank and all(p.micro_batch_tokens == 20000 and p.prompts_per_micro_batch == 2 for p in rerank)
     default = plan_training(load_config([], base=BASE), resources="no-such-folder")
     assert default and all(p.gpu_gib is None and p.fits for p in default)
+
+
+def test_without_a_named_gpu_the_plan_assumes_an_h100_and_says_so(paper):
+    assumed = plan_training(paper, resources="no-such-folder")
+    named = plan_training(paper, gpu_mem_gb=GPU_MEMORY_GB["h100"] * 1e9 / 2**30, resources="no-such-folder")
+    assert assumed and all(p.gpu_source.startswith("assumed h100 (80 GB") for p in assumed)
+    assert [(p.micro_batch_tokens, p.gpu_gib, p.fits) for p in assumed] == [
+        (p.micro_batch_tokens, p.gpu_gib, p.fits) for p in named]
