@@ -23,7 +23,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from presdep.config import SCHEMA_PATH, load_yaml
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS
@@ -363,26 +363,34 @@ def stale(root: str | Path = REPO) -> list[Path]:
     return [rel for rel, text in render(root).items() if (root / rel).read_text(encoding="utf-8") != text]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=REGENERATE, description=(
-        "Rewrite the generated parts of the documentation (configuration reference, Table 1 columns) in place."))
+def regenerate(argv: list[str] | None, *, prog: str, description: str, name: str,
+               pages: Callable[[Path], Mapping[Path, str]]) -> int:
+    """The command line of a page generator: rewrite each page ``pages(root)`` renders whose text
+    differs (atomically: a reader never sees half a page), or with ``--check`` only list them and
+    exit 1; a :class:`GuideError` exits 2, prefixed with ``name``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--root", default=str(REPO), help="the checkout to update (default: %(default)s)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     args = parser.parse_args(argv)
     root = Path(args.root)
     try:
-        pages = render(root)
+        rendered = pages(root)
     except GuideError as exc:
-        print(f"presdep.report.guide: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 2
-    changed = [rel for rel, text in pages.items() if (root / rel).read_text(encoding="utf-8") != text]
+    changed = [rel for rel, text in rendered.items() if (root / rel).read_text(encoding="utf-8") != text]
     for rel in changed:
         if args.check:
-            print(f"stale: {rel} (run `{REGENERATE}`)")
+            print(f"stale: {rel} (run `{prog}`)")
         else:
-            write_text_atomic(root / rel, pages[rel])  # a reader never sees half a page
+            write_text_atomic(root / rel, rendered[rel])
             print(f"rewrote {rel}")
     return 1 if args.check and changed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return regenerate(argv, prog=REGENERATE, name="presdep.report.guide", pages=render, description=(
+        "Rewrite the generated parts of the documentation (configuration reference, Table 1 columns) in place."))
 
 
 if __name__ == "__main__":

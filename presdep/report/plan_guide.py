@@ -10,13 +10,11 @@ committed page is stale. ``presdep plan --markdown`` prints the same for any con
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from presdep.contracts.schemas import write_text_atomic
-from presdep.report.guide import REPO, GuideError, replace_block
+from presdep.report.guide import REPO, GuideError, regenerate, replace_block
 from presdep.report.plan_rates import Rates, assumptions
 from presdep.report.plan_stages import Bill, Row, cells, legend_of, plan_bill
 
@@ -82,25 +80,8 @@ def stale(root: str | Path = REPO) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=REGENERATE, description=(
-        f"Rewrite the paper's GPU bill in {CLUSTER_PAGE} from presdep plan."))
-    parser.add_argument("--root", default=str(REPO), help="the checkout to update (default: %(default)s)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page is stale")
-    args = parser.parse_args(argv)
-    root = Path(args.root)
-    try:
-        text = render(root)
-    except GuideError as exc:
-        print(f"{REGENERATE}: {exc}", file=sys.stderr)
-        return 2
-    if (root / CLUSTER_PAGE).read_text(encoding="utf-8") == text:
-        return 0
-    if args.check:
-        print(f"stale: {CLUSTER_PAGE} (run `{REGENERATE}`)")
-        return 1
-    write_text_atomic(root / CLUSTER_PAGE, text)
-    print(f"rewrote {CLUSTER_PAGE}")
-    return 0
+    return regenerate(argv, prog=REGENERATE, name=REGENERATE, pages=lambda root: {CLUSTER_PAGE: render(root)},
+                      description=f"Rewrite the paper's GPU bill in {CLUSTER_PAGE} from presdep plan.")
 
 
 if __name__ == "__main__":
