@@ -24,9 +24,9 @@ def main() -> None:
     tasks = core.load_split()
 
     start = time.perf_counter()
-    first = core.run("mock", tasks, out=args.out, seed=1, run=0)
+    first = core.run("mock", tasks, out=args.out, seed=1, run=0, overwrite=True)  # a timing run: replace the last
     run_s = time.perf_counter() - start
-    paths = [first["path"]] + [core.run("mock", tasks, out=args.out, seed=s, run=r)["path"]
+    paths = [first["path"]] + [core.run("mock", tasks, out=args.out, seed=s, run=r, overwrite=True)["path"]
                                for s, r in [(1, 1), (2, 0), (2, 1), (3, 0)]]
 
     start = time.perf_counter()

@@ -1,11 +1,15 @@
 # Config validation, path helpers, the matrix, and wildcard constraints built from it.
+import re
 from pathlib import Path
 
 import presdep
 from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, thaw
 from presdep.config.departures import departures
 from presdep.config.load import check_config_files
+from presdep.config.run_names import RESERVED_RUN_NAMES
 from presdep.config.wildcards import alternatives
+from presdep.candidates.inputs import corpus_files, dataset_files, missing_files, topics_files
+from presdep.contracts.errors import ConfigError
 
 # A --configfile's datasets/variants/synthetic replace the embedded default's. Validation
 # fills every default from the schema (the only place defaults live) and refuses unknown
@@ -45,6 +49,16 @@ LOGS = f"logs/{CFG.name}" if CFG.name else "logs"
 HOSTED_CACHE = "results/cache/hosted"
 
 
+def unnamed_run_paths():
+    """What an unnamed run writes directly under results/ (and anything inside its folders)."""
+    names = sorted(RESERVED_RUN_NAMES - {"cache"})  # the hosted reply cache is shared by every config
+    return "|".join(re.escape(n) + r"(?:/.+)?" for n in names)
+
+
+def named_config_refusal(target):
+    raise ValueError(f"this config is named {CFG.name!r}: its results are under {RESULTS}/, "
+                     f"so ask for {RESULTS}/{target} instead of results/{target}")
+
 
 
 wildcard_constraints:
@@ -54,34 +68,23 @@ wildcard_constraints:
     split="train|heldout|test",
 
 
-def candidate_source_files(wildcards):
-    """The input files a dataset's candidates come from (so Snakemake tracks them)."""
-    src = CFG.datasets[wildcards.dataset].candidates
-    fmt = src["format"]
-    if fmt in ("rank_llm_json", "ircot_jsonl", "hotpotqa_json", "rm_bench_json", "responses_jsonl"):
-        return {"candidates_src": src["path"]}
-    if fmt == "trec_run":
-        return {"run": src["run"]}
-    if fmt == "bm25":
-        return {"first_stage": f"{RESULTS}/{wildcards.dataset}/first_stage.parquet"}
-    raise ValueError(f"dataset {wildcards.dataset}: unknown candidates format {fmt!r}")
+def _refuse_missing(dataset):
+    """A user's file that is not there, named by its config key when a job needs it (dry runs too)."""
+    missing = missing_files({dataset: CFG.datasets[dataset]})
+    if missing:
+        raise ConfigError("\n  ".join(missing))
 
 
-def qrels_input(wildcards):
-    """The qrels file to track ({} for ir_datasets ids, which live in ir_datasets' cache)."""
-    src = CFG.datasets[wildcards.dataset].qrels
-    if not src:  # self-judged candidates formats carry their own labels
-        return {}
-    return {} if src["format"] == "irds" else {"qrels_src": qrels_source_file(wildcards)}
-
-
-def qrels_source_file(wildcards):
-    src = CFG.datasets[wildcards.dataset].qrels
-    if src["format"] == "beir":
-        from presdep.data.beir import beir_qrels_path
-
-        return str(beir_qrels_path(src["path"], src["split"]))
-    return src["path"]
+def fixture_inputs(wildcards):
+    """Every local file a dataset's fixture is read from (candidates or run, corpus, topics, qrels,
+    query lists), so an edit of any of them re-runs the fixture and what depends on it; a BM25
+    dataset's fixture reads its first-stage run (presdep.candidates.inputs)."""
+    ds = CFG.datasets[wildcards.dataset]
+    _refuse_missing(wildcards.dataset)
+    inputs = {f.name: f.path for f in dataset_files(wildcards.dataset, ds.spec)}
+    if ds.candidates["format"] == "bm25":
+        inputs["first_stage"] = f"{RESULTS}/{wildcards.dataset}/first_stage.parquet"
+    return inputs
 
 
 def _figure1_choice():
@@ -216,9 +219,11 @@ for _ds in _BM25_DATASETS:
         raise ValueError(f"datasets sharing index {_name!r} name different corpora: {_BM25_INDEXES[_name]} vs {_corpus}")
 
 
-def _bm25_source_input(src):
-    """The local file or folder behind a corpus/topics source (none for ir_datasets ids)."""
-    return [] if src["format"] == "irds" else [src["path"]]
+def _index_corpus_files(index):
+    """The corpus files an index is built from (none for ir_datasets ids; a BEIR folder's files)."""
+    dataset = next(ds for ds in _BM25_DATASETS if _index_name(ds) == index)
+    _refuse_missing(dataset)
+    return corpus_files(dataset, _BM25_DATASETS[dataset])
 
 
 def _bm25_params(wildcards):

@@ -3,6 +3,11 @@
 # verified and converted from those files; otherwise the original is downloaded
 # (pyserini prebuilt index + bundled topics/qrels, Hugging Face at a pinned revision, or the
 # release URL with a pinned sha256).
+# Fetches are keyed by source: the `catalogue_id` wildcard is the fetch key, the id itself for
+# the catalogue's own source and `<id>/local-<digest>` for a local copy (its paths and sizes,
+# presdep.config.catalogue.fetch_key), so configs giving one entry different local files keep
+# separate conversions and never re-fetch each other's. The dataset entries the expansion
+# writes point at the same folders, so the rules that read fetched files need nothing else.
 import sys
 
 from presdep.config.catalogue import fetch_ids, fetch_jobs, fetch_local_inputs, fetch_outputs

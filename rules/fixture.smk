@@ -3,8 +3,7 @@
 
 rule build_fixture:
     input:
-        unpack(candidate_source_files),
-        unpack(qrels_input),
+        unpack(fixture_inputs),
     output:
         candidates=f"{RESULTS}/{{dataset}}/candidates.parquet",
         qrels=f"{RESULTS}/{{dataset}}/qrels.parquet",

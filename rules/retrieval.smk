@@ -1,13 +1,15 @@
 # First stage: BM25 over a Lucene index (pyserini/Anserini, Java >= 21).
 # Applies to datasets whose config has
 #   candidates: {format: bm25, corpus: SOURCE, topics: SOURCE, k, k1, b, index: NAME (optional)}
-# with SOURCE = {format: beir|jsonl|tsv|trec, path: ...} or {format: irds, id: ...}.
+# with corpus SOURCE = {format: beir|jsonl|tsv|trec|rank_llm_json, path: ...} or {format: irds, id: ...}
+# and topics SOURCE = {format: beir|jsonl|tsv|trec, path: ...} or {format: irds, id: ...}
+# (schema $defs corpus_source / topics_source; the readers: presdep.data.corpus).
 # Datasets naming the same `index` share one index (e.g. TREC DL19 and DL20 over MS MARCO);
 # without it the index is named after the dataset.
 
 rule build_index:
     input:
-        corpus=lambda w: _bm25_source_input(_BM25_INDEXES[w.index]),
+        corpus=lambda w: _index_corpus_files(w.index),
     output:
         index=directory("resources/indexes/{index}"),
     wildcard_constraints:
@@ -33,7 +35,7 @@ rule build_index:
 rule retrieve:
     input:
         index=lambda w: f"resources/indexes/{_index_name(w.dataset)}",
-        topics=lambda w: _bm25_source_input(_BM25_DATASETS[w.dataset]["topics"]),
+        topics=lambda w: _refuse_missing(w.dataset) or topics_files(w.dataset, _BM25_DATASETS[w.dataset]),
     output:
         first_stage=f"{RESULTS}/{{dataset}}/first_stage.parquet",
         trec=f"{RESULTS}/{{dataset}}/first_stage.trec",

@@ -7,10 +7,12 @@ from presdep.candidates.bm25 import run_first_stage
 from presdep.data.corpus import source_location
 from presdep.runtime.logs import log_to_file
 
-log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
+p = snakemake.params  # noqa: F821 - injected by Snakemake
+where = f"datasets.{snakemake.wildcards.dataset}.candidates"  # noqa: F821
+keys = {p.topics[k]: f"{where}.topics.{k}" for k in ("path", "id") if p.topics.get(k)}
+log_to_file(snakemake.log[0], input_keys=keys)  # noqa: F821
 os.dup2(sys.stderr.fileno(), 2)  # the in-process JVM writes to file descriptor 2 directly
 
-p = snakemake.params  # noqa: F821
 topics = p.topics
 run_first_stage(
     index_dir=snakemake.input.index,  # noqa: F821

@@ -10,13 +10,11 @@ from typing import Any
 
 from presdep.bench import core, suite
 from presdep.bench.card import write_card
-from presdep.bench.http_api import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_CONCURRENT_STABILITY,
-    DEFAULT_MAX_STABILITY_COST,
-    serve,
-)
+from presdep.bench.http_api import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT_S, serve
+from presdep.bench.limits import DEFAULT_MAX_CONCURRENT_STABILITY, DEFAULT_MAX_STABILITY_COST
 from presdep.bench.mcp_server import serve_stdio
+from presdep.bench.providers import model_id_for
+from presdep.bench.runner import refuse_existing, report_path
 from presdep.config import load_yaml
 from presdep.contracts.errors import InvalidInput
 from presdep.report.run_reports import MAX_FAILURE_SHARE
@@ -28,6 +26,16 @@ EXIT_INCOMPLETE = 3  # a run report written but marked incomplete: too many fail
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", type=Path, help="a split file (JSONL) instead of the shipped public split")
+
+
+def _stability_limits(p: argparse.ArgumentParser, what: str) -> None:
+    """The bounds of a stability request, the same for the HTTP route and the MCP tool."""
+    p.add_argument("--max-stability-cost", type=int, default=DEFAULT_MAX_STABILITY_COST,
+                   help=f"refuse {what} whose resamples x task rows exceed this "
+                   f"(default {DEFAULT_MAX_STABILITY_COST}, about 2 s on 2 cores)")
+    p.add_argument("--max-concurrent-stability", type=int, default=DEFAULT_MAX_CONCURRENT_STABILITY,
+                   help=f"{what}s run at once; more are refused, to retry later "
+                   f"(default {DEFAULT_MAX_CONCURRENT_STABILITY})")
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +63,8 @@ def register(subparsers: Any) -> None:
     p = sub.add_parser("run", help="run a provider over the split and write run report(s)")
     p.add_argument("--provider", required=True, choices=["mock", "openai", "openrouter", "transformers"])
     p.add_argument("--out", type=Path, required=True, help="folder for <model>-run<k>.json")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace reports an earlier run wrote there (default: refuse, naming the file)")
     p.add_argument("--run", type=int, default=0, help="index of the first repeated run (default 0)")
     p.add_argument("--repeats", type=int, default=1, help="repeated runs to write (default 1)")
     p.add_argument("--limit", type=int, help="only the first N tasks (after filters)")
@@ -105,15 +115,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="refuse request bodies above this many bytes with 413, chunked ones too "
                    f"(default {DEFAULT_MAX_BODY_BYTES})")
-    p.add_argument("--max-stability-cost", type=int, default=DEFAULT_MAX_STABILITY_COST,
-                   help="refuse a /v1/stability request whose resamples x task rows exceed this with 413 "
-                   f"(default {DEFAULT_MAX_STABILITY_COST}, about 2 s on 2 cores)")
-    p.add_argument("--max-concurrent-stability", type=int, default=DEFAULT_MAX_CONCURRENT_STABILITY,
-                   help="/v1/stability requests run at once; more get 429 with Retry-After "
-                   f"(default {DEFAULT_MAX_CONCURRENT_STABILITY})")
+    _stability_limits(p, "a /v1/stability request (413; 429 with Retry-After when busy)")
+    p.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S,
+                   help="seconds a request may take to arrive whole (headers and body) from its first byte; "
+                   f"slower ones get 408 and are closed (default {DEFAULT_READ_TIMEOUT_S:g})")
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    _stability_limits(p, "a score_stability call")
     p.set_defaults(func=lambda a: _mcp(a))
 
     for name, sp in sub.choices.items():
@@ -122,6 +131,7 @@ def register(subparsers: Any) -> None:
     # Agents' configs name the server command; `presdep mcp` is the short form of `presdep bench mcp`.
     top = subparsers.add_parser("mcp", help="the benchmark's MCP server over stdio (= presdep bench mcp)")
     top.set_defaults(func=_mcp)
+    _stability_limits(top, "a score_stability call")
     _common(top)
 
 
@@ -196,10 +206,14 @@ def _run(args) -> int:
         raise InvalidInput(f"--repeats must be >= 1, got {args.repeats}")
     split = "public" if args.tasks is None else args.tasks.name
     opts = _provider_options(args)
-    for k in range(args.run, args.run + args.repeats):
+    runs = range(args.run, args.run + args.repeats)
+    model_id = model_id_for(args.provider, **opts)
+    if model_id is not None and not args.overwrite:  # every report refused before the first run is made
+        refuse_existing([report_path(model_id, k, args.out) for k in runs])
+    for k in runs:
         try:
             res = core.run(args.provider, chosen, out=args.out, run=k, split=split,
-                           max_failure_share=args.max_failure_share, **opts)
+                           max_failure_share=args.max_failure_share, overwrite=args.overwrite, **opts)
         except HostedConfigError as exc:  # e.g. the key variable is unset: a setup error, not a failed task
             print(f"presdep bench run: error: {exc}", file=sys.stderr)
             return 2
@@ -242,10 +256,11 @@ def _generate(args) -> int:
 def _serve(args) -> int:
     serve(args.port, host=args.host, tasks_path=args.tasks, token_env=args.token_env,
           max_body_bytes=args.max_body_bytes, max_stability_cost=args.max_stability_cost,
-          max_concurrent_stability=args.max_concurrent_stability)
+          max_concurrent_stability=args.max_concurrent_stability, read_timeout_s=args.read_timeout)
     return 0
 
 
 def _mcp(args) -> int:
-    serve_stdio(args.tasks)
+    serve_stdio(args.tasks, max_stability_cost=args.max_stability_cost,
+                max_concurrent_stability=args.max_concurrent_stability)
     return 0

@@ -23,9 +23,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from presdep import __version__
 from presdep.bench.grader import answer_text, score_answer
 from presdep.bench.providers import make_provider
-from presdep.bench.runner import BENCHMARK, run_benchmark, write_report
+from presdep.bench.runner import BENCHMARK, refuse_existing, report_path, run_benchmark, write_report
 from presdep.bench.suite import FAMILIES, PUBLIC_PATH, PUBLIC_SEED, VARIANTS, read_split
-from presdep.contracts.errors import PresdepError
+from presdep.contracts.errors import PresdepError, cut
 from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from presdep.report.run_reports import MAX_FAILURE_SHARE
 from presdep.report.stability_io import analyse_reports
@@ -58,28 +58,31 @@ def get_task(tasks: Sequence[Mapping[str, Any]], task_id: str, *, with_answer: b
             if with_answer:
                 out["answer"] = t["answer"]
             return out
-    raise UnknownTask(f"unknown task id {task_id!r}")
+    raise UnknownTask(f"unknown task id {cut(task_id)}")
 
 
 def score(tasks: Sequence[Mapping[str, Any]], task_id: str, answer: str) -> dict[str, Any]:
     """Grade one answer: {"id", "score": 0 or 1, "extracted": the answer text the grader read}."""
     task = next((t for t in tasks if t["id"] == task_id), None)
     if task is None:
-        raise UnknownTask(f"unknown task id {task_id!r}")
+        raise UnknownTask(f"unknown task id {cut(task_id)}")
     return {"id": task_id, "score": score_answer(task, answer), "extracted": answer_text(answer or "").strip()}
 
 
 def run(provider: str, tasks: Sequence[Mapping[str, Any]], *, out: str | os.PathLike | None = None,
         run: int = 0, split: str = "public", max_failure_share: float = MAX_FAILURE_SHARE,
-        **options: Any) -> dict[str, Any]:
+        overwrite: bool = False, **options: Any) -> dict[str, Any]:
     """Run a provider over tasks; returns {"report": ..., "path": written file or None}.
 
     A report whose failed share is above ``max_failure_share`` is still written, marked
-    ``"incomplete": true`` (``presdep stability`` refuses it).
+    ``"incomplete": true`` (``presdep stability`` refuses it). A report already at the
+    target is replaced only with ``overwrite``; else ReportExists before any task is run.
     """
     prov = make_provider(provider, run=run, **options) if provider == "mock" else make_provider(provider, **options)
+    if out is not None and not overwrite:
+        refuse_existing([report_path(prov.model_id, run, out)])
     report = run_benchmark(prov, tasks, run=run, split=split, max_failure_share=max_failure_share)
-    path = write_report(report, out) if out is not None else None
+    path = write_report(report, out, overwrite=overwrite) if out is not None else None
     return {"report": report, "path": None if path is None else str(path)}
 
 

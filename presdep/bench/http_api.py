@@ -9,7 +9,10 @@ once they pass ``max_body_bytes``; JSON bodies are parsed strictly (``NaN``,
 ``Infinity`` and numbers that overflow a float: 422); request bodies are validated (422
 with the offending field). ``POST /v1/stability`` is bounded in cost (resamples x task
 rows: 413 above ``max_stability_cost``) and in concurrency (429 with ``Retry-After``
-when ``max_concurrent_stability`` requests are already running).
+when ``max_concurrent_stability`` requests are already running), with the MCP server's
+code (:mod:`presdep.bench.limits`). Values echoed in error replies are cut to their first
+80 characters and their length; each request must arrive whole within ``read_timeout_s``
+(408 and the connection closed otherwise: :mod:`presdep.bench.http_protocol`).
 """
 
 from __future__ import annotations
@@ -18,26 +21,26 @@ import hmac
 import json
 import math
 import os
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from presdep.bench import core
-from presdep.report.bootstrap import DEFAULT_RESAMPLES
+from presdep.bench.limits import (
+    DEFAULT_MAX_CONCURRENT_STABILITY,
+    DEFAULT_MAX_STABILITY_COST,
+    MESSAGE_LIMIT,
+    StabilityBusy,
+    StabilityGate,
+    StabilityTooCostly,
+    cap_message,
+)
+from presdep.contracts.errors import CUT_CHARS, cut
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_TOKEN_ENV = "PRESDEP_BENCH_TOKEN"
 DEFAULT_MAX_BODY_BYTES = 2_000_000
-# Cost of a stability request = resamples x (task rows over all reports). Measured on 2 cores
-# (another job running): 10 reports x 300 tasks x 2000 resamples (6e6) took 0.1 s warm; 50 x 300 x
-# 20000 (3e8) 1.4 s; 10 x 10000 x 2000 (2e8) 0.9 s: 2-7 ns a unit once warm. 3e8 bounds one request
-# to about 2 s and admits 50 reports of the 300-task public split at the schema's 20000 resamples.
-DEFAULT_MAX_STABILITY_COST = 300_000_000
-DEFAULT_MAX_CONCURRENT_STABILITY = 2  # one per core of a small machine; more wait (429) instead
-STABILITY_RETRY_AFTER_S = 2  # about one request at the cost limit
+DEFAULT_READ_TIMEOUT_S = 30.0  # a whole request (headers and body) from its first byte; generous for 2 MB
 _OPEN_PATHS = {"/health"}
 _VERBS_WITH_BODY = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -76,12 +79,6 @@ class StabilityRequest(BaseModel):
     lowerIsBetter: bool | None = None
 
 
-def stability_cost(req: StabilityRequest) -> int:
-    """Resamples x task rows (every task, failed ones included): what one analysis costs."""
-    resamples = DEFAULT_RESAMPLES if req.resamples is None else req.resamples
-    return resamples * sum(len(rep.tasks) for rep in req.reports)
-
-
 class _NonFinite(ValueError):
     pass
 
@@ -93,7 +90,8 @@ def _refuse_constant(name: str):
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _NonFinite(f"non-finite number {text} (overflows a float) is not allowed in JSON bodies")
+        shown = text if len(text) <= CUT_CHARS else cut(text)
+        raise _NonFinite(f"non-finite number {shown} (overflows a float) is not allowed in JSON bodies")
     return value
 
 
@@ -106,7 +104,7 @@ def strict_json_error(body: bytes) -> str | None:
     except json.JSONDecodeError:
         return None
     except (ValueError, RecursionError) as exc:  # e.g. an integer over the digit limit, nesting too deep
-        return f"invalid JSON body: {type(exc).__name__}: {str(exc)[:200]}"
+        return cap_message(f"invalid JSON body: {type(exc).__name__}: {exc}")
     return None
 
 
@@ -196,19 +194,53 @@ class Guard:
         return await self.app(scope, replay, send)
 
 
+def _cut_echo(value: Any) -> Any:
+    """A value echoed in an error reply: as it is when short, else its cut text."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value if len(repr(value)) <= CUT_CHARS else cut(value)
+    if isinstance(value, str):
+        return value if len(value) <= CUT_CHARS else cut(value)
+    return value if len(json.dumps(value, default=str)) <= CUT_CHARS else cut(value)
+
+
+def cut_validation_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """pydantic's errors with every echoed value cut: the input, the keys in loc, ctx, a long msg."""
+    out = []
+    for e in errors:
+        e = dict(e)
+        if "input" in e:
+            e["input"] = _cut_echo(e["input"])
+        if "loc" in e:
+            e["loc"] = [_cut_echo(part) for part in e["loc"]]
+        if isinstance(e.get("msg"), str):
+            e["msg"] = cap_message(e["msg"], MESSAGE_LIMIT)
+        if isinstance(e.get("ctx"), dict):
+            e["ctx"] = {k: _cut_echo(v) for k, v in e["ctx"].items()}
+        out.append(e)
+    return out
+
+
 def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_stability_cost: int = DEFAULT_MAX_STABILITY_COST,
                max_concurrent_stability: int = DEFAULT_MAX_CONCURRENT_STABILITY):
     from fastapi import FastAPI, HTTPException
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
 
-    if max_concurrent_stability < 1:
-        raise ValueError(f"max_concurrent_stability must be >= 1, got {max_concurrent_stability}")
+    gate = StabilityGate(max_stability_cost, max_concurrent_stability)
     tasks = core.load_split(tasks_path)
-    stability_slots = threading.BoundedSemaphore(max_concurrent_stability)
     app = FastAPI(title="presdep-bench", version=core.__version__,
                   description="The prompt-sensitivity benchmark: tasks, grading and stability analysis.")
     app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own reply, less the rejected values echoed whole (a 1.5 MB field came back in full).
+        return JSONResponse(status_code=422, content={"detail": cut_validation_errors(jsonable_encoder(exc.errors()))})
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -234,34 +266,20 @@ def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None
 
     @app.post("/v1/stability")
     def stability(req: StabilityRequest) -> dict[str, Any]:
-        cost = stability_cost(req)
-        if cost > max_stability_cost:
-            rows = sum(len(rep.tasks) for rep in req.reports)
-            resamples = DEFAULT_RESAMPLES if req.resamples is None else req.resamples
-            raise HTTPException(413, f"stability request costs {cost} (resamples {resamples} x {rows} task rows), "
-                                     f"over the limit of {max_stability_cost}; lower 'resamples' or send fewer "
-                                     "reports or tasks")
-        if not stability_slots.acquire(blocking=False):
-            raise HTTPException(429, f"{max_concurrent_stability} stability request(s) already running; "
-                                     f"retry after {STABILITY_RETRY_AFTER_S} s",
-                                headers={"Retry-After": str(STABILITY_RETRY_AFTER_S)})
+        reports = []
+        for rep in req.reports:
+            data = rep.model_dump(exclude_none=True)
+            # A failed task keeps its "score": null (the reader requires the key).
+            data["tasks"] = [{**t.model_dump(exclude_none=True), "score": t.score} for t in rep.tasks]
+            reports.append(data)
         try:
-            with tempfile.TemporaryDirectory(prefix="presdep-http-") as d:
-                paths = []
-                for i, rep in enumerate(req.reports):
-                    data = rep.model_dump(exclude_none=True)
-                    # A failed task keeps its "score": null (the reader requires the key).
-                    data["tasks"] = [{**t.model_dump(exclude_none=True), "score": t.score} for t in rep.tasks]
-                    p = Path(d) / f"report{i:03d}.json"
-                    p.write_text(json.dumps(data, allow_nan=False), encoding="utf-8")
-                    paths.append(p)
-                try:
-                    return core.stability(paths, seed=req.seed, resamples=req.resamples,
-                                          lower_is_better=req.lowerIsBetter)
-                except ValueError as exc:  # ReportError, StabilityError: the reports are unusable
-                    raise HTTPException(422, str(exc).replace(d + os.sep, "")) from None
-        finally:
-            stability_slots.release()
+            return gate.run(reports, seed=req.seed, resamples=req.resamples, lower_is_better=req.lowerIsBetter)
+        except StabilityTooCostly as exc:
+            raise HTTPException(413, str(exc)) from None
+        except StabilityBusy as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
+        except ValueError as exc:  # the reports are unusable (named by their place in the request)
+            raise HTTPException(422, str(exc)) from None
 
     @app.get("/v1/provenance")
     def provenance() -> dict[str, Any]:
@@ -274,10 +292,18 @@ def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None
     return app
 
 
+def uvicorn_options(read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> dict[str, Any]:
+    """uvicorn settings ``serve`` adds: the h11 protocol with the read timeout (``uvicorn.run``/``Config``)."""
+    from presdep.bench.http_protocol import read_timeout_protocol
+
+    return {"http": read_timeout_protocol(read_timeout_s)}
+
+
 def serve(port: int, *, host: str = DEFAULT_HOST, tasks_path: str | os.PathLike | None = None,
           token_env: str = DEFAULT_TOKEN_ENV, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
           max_stability_cost: int = DEFAULT_MAX_STABILITY_COST,
           max_concurrent_stability: int = DEFAULT_MAX_CONCURRENT_STABILITY,
+          read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
           log_level: Literal["info", "warning", "error"] = "info") -> None:
     """Serve until interrupted; the token (if any) comes from the environment variable ``token_env``."""
     import uvicorn
@@ -285,4 +311,4 @@ def serve(port: int, *, host: str = DEFAULT_HOST, tasks_path: str | os.PathLike 
     token = os.environ.get(token_env) or None
     app = create_app(tasks_path, token=token, max_body_bytes=max_body_bytes, max_stability_cost=max_stability_cost,
                      max_concurrent_stability=max_concurrent_stability)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_options(read_timeout_s))

@@ -9,22 +9,38 @@ tool runs. Results come back as JSON text and as structured content.
 
 Error messages never echo a rejected value whole: a value's repr is cut to its
 first :data:`SHOWN_CHARS` characters plus its length, and every :class:`ToolError`
-message to :data:`MESSAGE_LIMIT` characters. A stdin line that is not a JSON-RPC
-message gets a JSON-RPC error reply (see :mod:`presdep.bench.mcp_wire`).
+message to :data:`MESSAGE_LIMIT` characters; they name a value by its place in the
+arguments (``reports/1/tasks/3/score``), never a server-side file. NaN and infinities
+are refused wherever they appear. ``score_stability`` has the bounds of the HTTP
+``/v1/stability`` route (:mod:`presdep.bench.limits`: the same cost, computed by the
+same code, and the same concurrency). A stdin line that is not a JSON-RPC message, or
+a request whose id is not a string or an integer, gets a JSON-RPC error reply (see
+:mod:`presdep.bench.mcp_wire`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import jsonschema
 
 from presdep.bench import core
-from presdep.contracts.errors import PresdepError
+from presdep.bench.limits import (
+    DEFAULT_MAX_CONCURRENT_STABILITY,
+    DEFAULT_MAX_STABILITY_COST,
+    MESSAGE_LIMIT,
+    StabilityBusy,
+    StabilityGate,
+    cap_message,
+    first_non_finite,
+)
+from presdep.contracts.errors import CUT_CHARS, PresdepError, cut
+
+__all__ = ["DEFAULT_MAX_CONCURRENT_STABILITY", "DEFAULT_MAX_STABILITY_COST", "MESSAGE_LIMIT", "SHOWN_CHARS", "TOOLS",
+           "ToolError", "build_server", "call_tool", "cap_message", "make_handlers", "serve_stdio", "shorten"]
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 200, "description": "task id, e.g. arith-01-v2"}
 _SEED = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
@@ -69,34 +85,14 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-SHOWN_CHARS = 80
+SHOWN_CHARS = CUT_CHARS
 """How much of a rejected value's repr an error message shows."""
-MESSAGE_LIMIT = 500
-"""Most characters of any ToolError message, the cut marker included."""
+_JSON_SPELLING = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def shorten(value: Any) -> str:
-    """``repr(value)``, or for a long one its first SHOWN_CHARS characters and its size."""
-    text = repr(value)
-    if len(text) <= SHOWN_CHARS:
-        return text
-    if isinstance(value, str):
-        size = f"{len(value)} characters"
-    elif isinstance(value, (list, tuple)):
-        size = f"{len(value)} items, {len(text)} characters"
-    elif isinstance(value, dict):
-        size = f"{len(value)} keys, {len(text)} characters"
-    else:
-        size = f"{len(text)} characters"
-    return f"{text[:SHOWN_CHARS]}… ({size})"
-
-
-def cap_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
-    """``message`` whole, or cut to ``limit`` characters ending in a marker that says so."""
-    if len(message) <= limit:
-        return message
-    marker = f" … [message cut: {len(message)} characters in all]"
-    return message[: limit - len(marker)] + marker
+    """``repr(value)``, or for a long one its first SHOWN_CHARS characters and its size (the shared cut)."""
+    return cut(value, SHOWN_CHARS)
 
 
 class ToolError(PresdepError, ValueError):
@@ -113,19 +109,16 @@ def _schema_message(exc: jsonschema.ValidationError) -> str:
     return message.replace(full, shorten(exc.instance)) if len(full) > SHOWN_CHARS else message
 
 
-def _stability(args: dict[str, Any]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="presdep-mcp-") as d:
-        paths = []
-        for i, rep in enumerate(args["reports"]):
-            p = Path(d) / f"report{i:03d}.json"
-            p.write_text(json.dumps(rep), encoding="utf-8")
-            paths.append(p)
-        return core.stability(paths, seed=args.get("seed"), resamples=args.get("resamples"))
-
-
-def make_handlers(tasks_path: str | os.PathLike | None = None) -> dict[str, Callable[[dict], Any]]:
+def make_handlers(tasks_path: str | os.PathLike | None = None, *,
+                  max_stability_cost: int = DEFAULT_MAX_STABILITY_COST,
+                  max_concurrent_stability: int = DEFAULT_MAX_CONCURRENT_STABILITY) -> dict[str, Callable[[dict], Any]]:
+    gate = StabilityGate(max_stability_cost, max_concurrent_stability)
     tasks = core.load_split(tasks_path)
     split = "public" if tasks_path is None else Path(tasks_path).name
+
+    def _stability(args: dict[str, Any]) -> dict[str, Any]:
+        return gate.run(args["reports"], seed=args.get("seed"), resamples=args.get("resamples"))
+
     return {
         "list_tasks": lambda a: {"tasks": core.list_tasks(tasks, a.get("family"), a.get("variant"))},
         "get_task": lambda a: core.get_task(tasks, a["id"]),
@@ -142,6 +135,11 @@ def call_tool(handlers: dict[str, Callable], name: str, arguments: dict[str, Any
     if name not in TOOLS:
         raise ToolError(f"unknown tool {shorten(name)}; tools: {sorted(TOOLS)}")
     args = arguments or {}
+    bad = first_non_finite(args)
+    if bad is not None:  # NaN passes JSON Schema's bounds (every comparison with it is false)
+        where, number = bad
+        raise ToolError(f"{name}: invalid {where}: {_JSON_SPELLING[repr(number)]} is not allowed; "
+                        "numbers must be finite")
     try:
         jsonschema.validate(args, TOOLS[name][1])
     except jsonschema.ValidationError as exc:
@@ -149,15 +147,16 @@ def call_tool(handlers: dict[str, Callable], name: str, arguments: dict[str, Any
         raise ToolError(f"{name}: invalid {where}: {_schema_message(exc)}") from None
     try:
         return handlers[name](args)
-    except (KeyError, ValueError, FileNotFoundError) as exc:
+    except (KeyError, ValueError, FileNotFoundError, StabilityBusy) as exc:
         raise ToolError(f"{name}: {exc}") from None
 
 
-def build_server(tasks_path: str | os.PathLike | None = None):
+def build_server(tasks_path: str | os.PathLike | None = None, **limits: int):
+    """The MCP server; ``limits`` are make_handlers' (max_stability_cost, max_concurrent_stability)."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    handlers = make_handlers(tasks_path)
+    handlers = make_handlers(tasks_path, **limits)
 
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
@@ -177,18 +176,26 @@ def build_server(tasks_path: str | os.PathLike | None = None):
                   on_call_tool=on_call_tool)
 
 
-def serve_stdio(tasks_path: str | os.PathLike | None = None) -> None:
+def serve_stdio(tasks_path: str | os.PathLike | None = None, *,
+                max_stability_cost: int = DEFAULT_MAX_STABILITY_COST,
+                max_concurrent_stability: int = DEFAULT_MAX_CONCURRENT_STABILITY) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from presdep.bench.mcp_wire import ReplyingReadStream
+    from presdep.bench.mcp_wire import CheckedLines, ReplyingReadStream, wire_stdin
 
-    server = build_server(tasks_path)
+    server = build_server(tasks_path, max_stability_cost=max_stability_cost,
+                          max_concurrent_stability=max_concurrent_stability)
 
-    async def main() -> None:
-        async with stdio_server() as (read, write):
+    async def main(stdin) -> None:
+        # A request whose id the SDK cannot hold would pass as a notification and get no
+        # reply: CheckedLines answers it before the transport reads the line.
+        lines = CheckedLines(stdin)
+        async with stdio_server(stdin=lines) as (read, write):
+            lines.attach(write)
             # Lines the transport cannot parse come through as Exceptions; answer
             # each with a JSON-RPC error instead of letting the server drop it.
             await server.run(ReplyingReadStream(read, write), write, server.create_initialization_options())
 
-    anyio.run(main)
+    with wire_stdin() as stdin:
+        anyio.run(main, stdin)

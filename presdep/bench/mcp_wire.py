@@ -15,6 +15,14 @@ as JSON-RPC 2.0 requires (https://www.jsonrpc.org/specification#error_object):
   else ``"id": null``. Batches (arrays) are not part of MCP; they get one
   ``Invalid Request``.
 
+A request (a ``method``) whose ``id`` is not a string or an integer (an object, an
+array, a boolean, a fraction, null: JSON-RPC allows no structured id, MCP no null or
+fractional one) parses in the SDK as a *notification* (the id is dropped), so the
+server would run it and answer nothing. :class:`CheckedLines` sits between stdin and
+the transport and answers such a line itself with ``-32600 Invalid Request`` and
+``"id": null``; the line goes no further. It reads stdin through :func:`wire_stdin`,
+which, as the SDK's own transport does, points fd 0 at the null device meanwhile.
+
 Whitespace-only lines are not messages in newline-delimited framing and get no
 reply. ``error.data.detail`` says briefly what was wrong, cut to
 :data:`DETAIL_LIMIT` characters. The rejected line is never echoed back.
@@ -22,8 +30,13 @@ reply. ``error.data.detail`` says briefly what was wrong, cut to
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import os
+import sys
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, AsyncIterable, AsyncIterator, Iterator, Self
 
 import anyio
 import mcp_types as types
@@ -70,6 +83,25 @@ def _request_id(message: Any) -> types.RequestId | None:
     return None
 
 
+def invalid_id_reply(line: str) -> types.JSONRPCError | None:
+    """The ``-32600`` reply to a request whose id is not a string or an integer; None for any other line."""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None  # not JSON: the transport's parse error answers it
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    rid = message["id"]
+    if _request_id(message) is not None:
+        return None
+    if isinstance(rid, float):
+        kind = "a number with a decimal point or exponent"
+    else:
+        kind = _JSON_TYPES.get(type(rid), type(rid).__name__)
+    return _error(None, types.INVALID_REQUEST, "Invalid Request",
+                  f"a request's id must be a string or an integer, not {kind}")
+
+
 def _invalid_detail(found: bool, message: Any, errors: list[dict[str, Any]]) -> str:
     if not found:
         return "not a JSON-RPC 2.0 request, notification or response"
@@ -98,6 +130,60 @@ def error_reply(exc: Exception) -> types.JSONRPCError | None:
     found, message = _top_level(errors)
     return _error(_request_id(message), types.INVALID_REQUEST, "Invalid Request",
                   _invalid_detail(found, message, errors))
+
+
+@contextlib.contextmanager
+def wire_stdin() -> Iterator[Any]:
+    """stdin's lines as an async text file, read from a private duplicate of fd 0.
+
+    fd 0 itself points at the null device meanwhile (as in the SDK's ``stdio_server``,
+    which skips that step when given its stdin): a handler or a child process that reads
+    stdin gets end-of-file, not the client's messages. fd 0 is restored on exit.
+    """
+    try:
+        private = os.dup(0) if sys.stdin.buffer.fileno() == 0 else None
+    except (OSError, ValueError, AttributeError):
+        private = None
+    if private is None:  # stdin is not fd 0 (an embedding host replaced it): read it in place
+        yield anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    # closefd=False: a reader thread may still block on it after the transport ends.
+    wire = io.TextIOWrapper(os.fdopen(private, "rb", closefd=False), encoding="utf-8", errors="replace")
+    try:
+        yield anyio.wrap_file(wire)
+    finally:
+        os.dup2(private, 0)
+
+
+class CheckedLines:
+    """The lines of ``lines`` for the SDK's stdio transport, less requests with an id it cannot
+    hold: each of those is answered on the write stream given to :meth:`attach`."""
+
+    def __init__(self, lines: AsyncIterable[str]) -> None:
+        self._lines = lines
+        self._write: Any = None
+        self._attached = anyio.Event()
+
+    def attach(self, write: Any) -> None:
+        self._write = write
+        self._attached.set()
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            reply = invalid_id_reply(line)
+            if reply is None:
+                yield line
+                continue
+            await self._attached.wait()
+            try:
+                await self._write.send(SessionMessage(reply))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return  # the connection is closing; there is no one left to tell
 
 
 class ReplyingReadStream:

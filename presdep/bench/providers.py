@@ -60,6 +60,19 @@ class MockProvider:
         return [Reply(self._one(t)) for t in tasks]
 
 
+def model_id_for(name: str, **options: Any) -> str | None:
+    """The model id ``make_provider(name, **options)`` would report, without building it (a local
+    model is not loaded for this); None when the options do not say. Lets a repeated run check
+    every report it will write before the first one."""
+    if name == "mock":
+        return MockProvider(seed=int(options.get("seed") or 0)).model_id
+    if name in ("openai", "openrouter"):
+        return options.get("model")  # HostedProvider.model_id
+    if name == "transformers":
+        return options.get("model_key")  # TransformersProvider.model_id
+    return None
+
+
 def make_provider(name: str, **options: Any) -> Provider:
     """A provider by name; options are the provider's own (see each class)."""
     if name == "mock":

@@ -21,6 +21,10 @@ over the answered tasks (null when none was). A run whose failed share is above
 true``; ``presdep bench run`` then exits non-zero and ``presdep stability`` refuses
 the report (see presdep.report.run_reports).
 
+``write_report`` does not replace an earlier report: a re-run into the same place
+raises :class:`ReportExists` (``presdep bench run`` exits 2 naming the file) unless
+``overwrite`` (``--overwrite``) is given.
+
 The Wilson interval treats tasks as independent; the item-clustered intervals (five
 variants of an item drawn together) are what ``presdep stability`` reports.
 """
@@ -35,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from presdep.bench.grader import score_answer
 from presdep.bench.providers import Provider
-from presdep.contracts.errors import InvalidInput
+from presdep.contracts.errors import InvalidInput, PresdepError
 from presdep.contracts.schemas import write_text_atomic
 from presdep.report.run_reports import MAX_FAILURE_SHARE
 
@@ -111,8 +115,35 @@ def report_name(report: Mapping[str, Any]) -> str:
     return f"{safe}-run{report['seed']}.json"
 
 
-def write_report(report: Mapping[str, Any], out: str | os.PathLike) -> Path:
-    """Write a run report atomically; ``out`` is a file, or a folder for ``<model>-run<k>.json``."""
+def report_path(model_id: str, run: int, out: str | os.PathLike) -> Path:
+    """Where the report of run ``run`` of ``model_id`` goes: ``out`` itself if it names a .json file,
+    else ``<out>/<model>-run<k>.json``."""
     out = Path(out)
-    path = out / report_name(report) if out.suffix != ".json" else out
+    return out if out.suffix == ".json" else out / report_name({"model": model_id, "seed": run})
+
+
+class ReportExists(PresdepError, FileExistsError):
+    """A run report is already where a run would write its own; ``path`` is that file."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        super().__init__(f"{path}: a run report already exists (from an earlier run); re-run with --overwrite to "
+                         "replace it, or give another --out folder")
+
+
+def refuse_existing(paths: Sequence[str | os.PathLike]) -> None:
+    """ReportExists for the first of ``paths`` that is already there."""
+    for p in paths:
+        if Path(p).exists():
+            raise ReportExists(p)
+
+
+def write_report(report: Mapping[str, Any], out: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Write a run report atomically; ``out`` is a file, or a folder for ``<model>-run<k>.json``.
+
+    An existing report is replaced only with ``overwrite``; else ReportExists, the file untouched.
+    """
+    path = report_path(report["model"], report["seed"], out)
+    if not overwrite:
+        refuse_existing([path])
     return write_text_atomic(path, json.dumps(report, indent=1) + "\n")

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from presdep import __version__
 from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.contracts.json_artifacts import read_json_artifact, write_json_artifact
 from presdep.contracts.schemas import SCHEMAS, read_table, write_table, write_text_atomic
 from presdep.data.corpus import beir_corpus_file, iter_corpus, lookup_docs, read_queries, source_location
 from presdep.data.trec import write_run
@@ -121,7 +122,7 @@ def read_index_info(index_dir: str | Path) -> dict[str, Any]:
     path = Path(index_dir) / STATS_FILE
     if not path.is_file():
         raise IndexBuildError(f"{index_dir} is not a complete presdep index (no {STATS_FILE})")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json_artifact(path, "BM25 index build record")  # verified: retrieve trusts its corpus fingerprint
 
 
 def build_index(
@@ -181,7 +182,7 @@ def build_index(
             "presdep_version": __version__,
             "build_seconds": round(time.perf_counter() - start, 3),
         }
-        (tmp_index / STATS_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json_artifact(tmp_index / STATS_FILE, info)
         os.replace(tmp_index, index_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -375,8 +376,10 @@ def first_stage_candidates(
     the run must exist in the topics and the corpus. Ranks are kept as given (a run
     from elsewhere may not number them 1..n); they must be unique per query.
     """
+    ids_from = None  # the run file, named when a corpus lacks its documents
     if isinstance(corpus_path, Mapping):
         source = corpus_path
+        ids_from = source.get("run")
         for key in ("corpus", "topics"):
             if key not in source:
                 raise InvalidInput(f"candidates source lacks {key!r} (needed to join texts): {dict(source)}")
@@ -399,7 +402,7 @@ def first_stage_candidates(
     missing_q = sorted(set(first_stage_df["query_id"].unique().to_list()) - set(topics))
     if missing_q:
         raise KeyError(f"{len(missing_q)} query id(s) of the run are not in the topics, e.g. {missing_q[:5]}")
-    docs = lookup_docs(corpus_path, corpus_format, first_stage_df["doc_id"].unique().to_list())
+    docs = lookup_docs(corpus_path, corpus_format, first_stage_df["doc_id"].unique().to_list(), ids_from=ids_from)
     df = first_stage_df.sort("query_id", "rank")
     return pl.DataFrame(
         {

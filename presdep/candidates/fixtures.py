@@ -15,6 +15,7 @@ from presdep.contracts.errors import InputFormatError, InvalidInput
 from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.contracts.schemas import write_table
 from presdep.data.beir import read_beir_qrels
+from presdep.data.duplicates import duplicates_in
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.responses import read_responses
 from presdep.data.trec import read_qrels
@@ -158,6 +159,7 @@ def build_fixture(
     else:
         cands = check_candidates(load_candidates(source, first_stage), where)
     cands, depth = cut_to_depth(cands, ds_config.get("k_input"), where)
+    have_candidates = set(cands["query_id"].unique().to_list())
     population = None
     plist = QueryList.from_spec(ds_config.get("population_queries"), where=f"datasets.{dataset}.population_queries")
     if plist is not None:
@@ -199,22 +201,32 @@ def build_fixture(
         raise InvalidInput(f"dataset {dataset!r}: candidates format {source.get('format')!r} needs a qrels entry")
     known = set(cands["query_id"].unique().to_list())
     unknown = qrels.filter(~pl.col("query_id").is_in(list(known)))
-    if unknown.height:
+    # Queries left out by max_queries (or a population list) are the config's choice, not a
+    # mismatch of the user's files: said as such, apart from judgements no candidate answers.
+    unsampled = unknown.filter(pl.col("query_id").is_in(list(have_candidates)))
+    stray = unknown.filter(~pl.col("query_id").is_in(list(have_candidates)))
+    if unsampled.height:
+        log.info("%s: %d judgement(s) of the %d quer(ies) outside this run's sample (max_queries or the "
+                 "population list) are set aside", qrels_path, unsampled.height, unsampled["query_id"].n_unique())
+    if stray.height:
         # trec_eval's convention: judgements for queries without a run are ignored. Logged.
         log.warning(
-            "%s: %d judgement(s) for %d query id(s) without candidates are ignored (e.g. %s)",
-            qrels_path, unknown.height, unknown["query_id"].n_unique(), unknown["query_id"][0],
+            "%s: %d judgement(s) for %d query id(s) that have no candidates in %s are ignored (e.g. %s)",
+            qrels_path, stray.height, stray["query_id"].n_unique(), where, stray["query_id"][0],
         )
-        qrels = qrels.filter(pl.col("query_id").is_in(list(known)))
+    qrels = qrels.filter(pl.col("query_id").is_in(list(known)))
     judged = set(qrels["query_id"].unique().to_list())
     unjudged = sorted(known - judged)
     if unjudged:
         log.warning("%s: %d query id(s) have no judgements and get no quality metrics (e.g. %s)", qrels_path, len(unjudged), unjudged[0])
     if qrels.height == 0:
         raise InputFormatError(qrels_path, "whole file", f"no judgement matches a query of dataset {dataset!r}")
-    meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unjudged_queries": len(unjudged),
+    repeated = duplicates_in(cands)
+    if source["format"] not in SELF_JUDGED:  # those readers warn about their own file already
+        repeated.warn(where)
+    meta = {"dataset": dataset, "ignored_qrels": unknown.height, "unsampled_qrels": unsampled.height, "unjudged_queries": len(unjudged),
             "query_subset": subset, "shuffle_queries": shuffle_list, "population_queries": population,
-            "depth": depth}
+            "depth": depth, "duplicate_texts": repeated.as_dict()}
     write_table(cands, out_candidates, "candidates", params, **meta)
     write_table(qrels.sort(["query_id", "doc_id"]), out_qrels, "qrels", params, **meta)
     if out_gold is not None:

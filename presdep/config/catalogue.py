@@ -7,11 +7,20 @@ dataset entry whose files are the outputs of the fetch rules (rules/fetch.smk) u
 Settings the config gives (max_queries, B, max_doc_chars, M, instruction, rubric, role, ...)
 win over the catalogue's. Entries that are not public and have no local copy are removed
 from ``datasets`` and listed in ``skipped_datasets`` with the reason, so tables can name them.
+
+The fetched files are keyed by their source, not only by the id (:func:`fetch_key`): the
+catalogue's own source (a download) is converted into ``resources/datasets/<id>/``, a local
+copy into ``resources/datasets/<id>/local-<digest>/`` (:func:`local_key`), so two configs (or
+two datasets of one config) that give one entry different local files each keep their own
+conversion and never re-fetch each other's.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -152,8 +161,29 @@ def layout(entry: Mapping[str, Any], local: Mapping[str, Any] | None, pool: bool
     return "ranked"
 
 
+def _size(path: Path) -> int | None:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size if path.exists() else None
+
+
+def local_key(local: Mapping[str, Any]) -> str:
+    """The subfolder of a local copy's fetch: ``local-`` and 12 hex digits of sha256 over what
+    ``local_path`` names (each key, its path as written, normalised, and its size in bytes; a
+    folder: its files' total). Paths and sizes, not contents: cheap at every dry run, while
+    Snakemake still re-fetches when a named file is newer than the conversion."""
+    parts = [[key, os.path.normpath(str(local[key])), _size(Path(str(local[key])))] for key in sorted(local)]
+    return "local-" + hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()[:12]
+
+
+def fetch_key(cid: str, local: Mapping[str, Any] | None) -> str:
+    """Where under resources/datasets/ a fetch writes: ``<id>`` for the catalogue's own source,
+    ``<id>/local-<digest>`` for a local copy (the fetch rules' ``catalogue_id`` wildcard)."""
+    return f"{cid}/{local_key(local)}" if local else cid
+
+
 def fetch_outputs(cid: str, kind: str) -> dict[str, str]:
-    """The files the fetch rule of ``kind`` writes for catalogue id ``cid``."""
+    """The files the fetch rule of ``kind`` writes for catalogue id (or :func:`fetch_key`) ``cid``."""
     d = f"{DATASETS_DIR}/{cid}"
     if kind == "ranked":
         return {"candidates": f"{d}/candidates.json", "qrels": f"{d}/qrels.txt", "manifest": f"{d}/manifest.json"}
@@ -218,15 +248,19 @@ def _query_lists(entry: Mapping[str, Any], lists: Mapping[str, Any]) -> dict:
             for key in QUERY_LIST_KEYS if entry.get(key)}
 
 
-def _expanded(cid: str, entry: Mapping[str, Any], kind: str, split: str | None) -> dict:
+def _expanded(cid: str, entry: Mapping[str, Any], kind: str, split: str | None,
+              local: Mapping[str, Any] | None = None) -> dict:
     out: dict[str, Any] = {
         "task": entry["task"], "B": entry["B"], "max_doc_chars": entry["max_doc_chars"],
         "instruction": entry["instruction"], "rubric": entry["rubric"],
     }
-    d = f"{DATASETS_DIR}/{cid}" + (f"/{split}" if split else "")
+    key = fetch_key(cid, local)
+    d = f"{DATASETS_DIR}/{key}" + (f"/{split}" if split else "")
     if kind == "beir":
         fs = entry["first_stage"]
-        out["candidates"] = {"format": "bm25", "index": cid, "k": fs["k"], "k1": fs["k1"], "b": fs["b"],
+        # The index is keyed by the source too: another BEIR folder is another corpus.
+        index = key.replace("/", "-")
+        out["candidates"] = {"format": "bm25", "index": index, "k": fs["k"], "k1": fs["k1"], "b": fs["b"],
                              "corpus": {"format": "beir", "path": f"{d}/beir/corpus.jsonl"},
                              "topics": {"format": "beir", "path": f"{d}/beir/queries.jsonl"}}
         out["qrels"] = {"format": "beir", "path": f"{d}/beir/qrels/test.tsv"}
@@ -264,7 +298,6 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
     catalogue = with_overrides(catalogue or load_catalogue(), config.get("catalogue_overrides"))
     skipped = dict(config.get("skipped_datasets") or {})
     out: dict[str, Any] = {}
-    locals_by_id: dict[str, Any] = {}
     problems: list[str] = []
     for name, spec in datasets.items():
         if not (isinstance(spec, dict) and spec.get("from_catalogue")) or _already_expanded(spec):
@@ -286,9 +319,6 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
             local = _local(name, entry, spec.get("local_path"))
         except CatalogueError as exc:
             problems.append(str(exc))
-            continue
-        if locals_by_id.setdefault(cid, local) != local:
-            problems.append(f"datasets.{name}.local_path: catalogue id {cid!r} is used twice with different local paths")
             continue
         reason = skip_reason(entry, local)
         if reason:
@@ -312,7 +342,7 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
                 continue
             expanded = _irds_expanded(entry, alt)
         else:
-            expanded = _expanded(cid, entry, "beir" if kind == "beir" else "ranked_or_qa", split)
+            expanded = _expanded(cid, entry, "beir" if kind == "beir" else "ranked_or_qa", split, local)
         if pool:
             expanded["role"] = "train" if split == "train" else "heldout"
         expanded.update(_query_lists(entry, catalogue.get("query_lists") or {}))
@@ -332,8 +362,9 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
 
 def fetch_jobs(datasets: Mapping[str, Dataset], catalogue: Mapping[str, Mapping] | None = None,
                overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
-    """Catalogue id -> {layout, entry, local} for the dataset records of a validated config (plain data:
-    each job is a rule's params), with the config's ``catalogue_overrides`` applied."""
+    """:func:`fetch_key` -> {catalogue_id, layout, entry, local} for the dataset records of a validated
+    config (plain data: each job is a rule's params), with the config's ``catalogue_overrides`` applied.
+    The key is the catalogue id itself unless a local copy is given."""
     catalogue = with_overrides(catalogue or load_catalogue(), thaw(overrides))
     jobs: dict[str, dict] = {}
     for dataset in datasets.values():
@@ -343,12 +374,14 @@ def fetch_jobs(datasets: Mapping[str, Dataset], catalogue: Mapping[str, Mapping]
             continue
         entry, pool = lookup(catalogue, cid)
         local = thaw(spec.get("local_path"))
-        jobs[cid] = {"layout": layout(entry, local, pool), "entry": entry, "local": local}
+        jobs[fetch_key(cid, local)] = {"catalogue_id": cid, "layout": layout(entry, local, pool), "entry": entry,
+                                       "local": local}
     return jobs
 
 
 def fetch_ids(jobs: Mapping[str, Mapping[str, Any]], *kinds: str) -> str:
-    """A wildcard constraint matching the catalogue ids fetched with one of ``kinds`` (nothing if none)."""
+    """A wildcard constraint matching the fetch keys (catalogue ids, ``<id>/local-<digest>`` for a
+    local copy) fetched with one of ``kinds`` (nothing if none)."""
     return alternatives(cid for cid, job in jobs.items() if job["layout"] in kinds)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 from presdep.config.catalogue import expand_catalogue
 from presdep.config.paths import check_path_kinds
 from presdep.config.records import WorkflowConfig
+from presdep.config.run_names import run_name_problem
 from presdep.config.schema_enums import SCHEMA_PATH
 from presdep.config.scorers import variant_problems
 from presdep.config.yaml_io import load_yaml
@@ -200,6 +201,15 @@ def _check_references(config: Mapping[str, Any]) -> None:
             problems.append(f"teachers.{name}.model: {t['model']!r} is not a key of models ({sorted(models)})")
         if t["kind"] == "hosted" and t["provider"] == "openai" and "base_url" not in t and not t.get("skip"):
             problems.append(f"teachers.{name}: a hosted teacher needs base_url")
+    problem = run_name_problem(config.get("name"))
+    if problem:
+        problems.append(problem)
+    cache_dirs = config.get("read_cache") or {}
+    for key in ("dir", "answers_dir"):
+        where = cache_dirs.get(key)
+        if where and Path(where).exists() and not Path(where).is_dir():
+            problems.append(f"read_cache.{key}: {where} is a file; expected a folder for the cache "
+                            f"(name a folder, or move the file away)")
     reader = config["reader"]
     if reader.get("model") is not None and reader["model"] not in models:
         problems.append(f"reader.model: {reader['model']!r} is not a key of models ({sorted(models)})")

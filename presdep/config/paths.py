@@ -15,8 +15,8 @@ Which kind each format reads (see the readers in :mod:`presdep.data` and
 
 - ``candidates.path``: a file for every format that has one (rank_llm_json, ircot_jsonl,
   hotpotqa_json, rm_bench_json, responses_jsonl); ``candidates.run`` (trec_run): a file;
-- corpus / topics sources (``candidates.corpus``, ``candidates.topics``): ``jsonl``, ``tsv``
-  and ``trec`` a file; ``beir`` either (a BEIR folder or its corpus/queries file); ``irds``
+- corpus / topics sources (``candidates.corpus``, ``candidates.topics``): ``jsonl``, ``tsv``,
+  ``trec`` and ``rank_llm_json`` a file; ``beir`` either (a BEIR folder or its corpus/queries file); ``irds``
   has an id, no path;
 - ``qrels.path``: ``trec`` a file; ``beir`` either (a BEIR folder or its qrels TSV);
   ``irds`` has an id;
@@ -40,7 +40,7 @@ FILE, FOLDER = "file", "folder"
 # format -> the kind its path must be; None: a folder or a file (both are read).
 CANDIDATES_PATH = {"rank_llm_json": FILE, "ircot_jsonl": FILE, "hotpotqa_json": FILE,
                    "rm_bench_json": FILE, "responses_jsonl": FILE}
-SOURCE_PATH = {"beir": None, "jsonl": FILE, "tsv": FILE, "trec": FILE}  # corpus / topics
+SOURCE_PATH = {"beir": None, "jsonl": FILE, "tsv": FILE, "trec": FILE, "rank_llm_json": FILE}  # corpus / topics
 QRELS_PATH = {"trec": FILE, "beir": None}
 LOCAL_PATH = {key: FOLDER if key in ("index", "beir") else FILE for keys in LOCAL_KEYS.values() for key in keys}
 QUERY_LIST_KEYS = ("shuffle_queries", "population_queries")

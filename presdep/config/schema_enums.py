@@ -21,3 +21,8 @@ def entry_enum(section: str, key: str) -> tuple[Any, ...]:
     """The allowed values of ``key`` in one entry of a top-level mapping section (``variants``, ...)."""
     prop = _schema()["properties"][section]["additionalProperties"]["properties"][key]
     return tuple(prop.get("items", prop)["enum"])
+
+
+def defs_enum(name: str, key: str = "format") -> tuple[Any, ...]:
+    """The allowed values of ``key`` in the schema's ``$defs/<name>`` (e.g. the corpus source formats)."""
+    return tuple(_schema()["$defs"][name]["properties"][key]["enum"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
+from presdep.config.run_names import similar_names
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.tasks import TASKS
 
@@ -156,7 +157,7 @@ def registry() -> Mapping[str, ScorerEntry]:
 def scorer_entry(name: str) -> ScorerEntry:
     reg = registry()
     if name not in reg:
-        raise InvalidInput(f"unknown scorer {name!r}; registered: {sorted(reg)} "
+        raise InvalidInput(f"unknown scorer {name!r}; {similar_names(str(name), list(reg))}registered: {sorted(reg)} "
                          f"(plug-ins register in the {ENTRY_POINT_GROUP!r} entry-point group)")
     return reg[name]
 
@@ -172,7 +173,7 @@ def variant_problems(name: str, entry: Mapping[str, Any], entries: Mapping[str, 
     reg = registry()
     sc = entry.get("scorer")
     if sc not in reg:
-        return [f"variants.{name}.scorer: unknown scorer {sc!r}; registered: {sorted(reg)} "
+        return [f"variants.{name}.scorer: unknown scorer {sc!r}; {similar_names(str(sc), list(reg))}registered: {sorted(reg)} "
                 f"(plug-ins: the {ENTRY_POINT_GROUP!r} entry-point group)"]
     caps = reg[sc].capabilities
     out = []

@@ -33,6 +33,28 @@ class InputFormatError(PresdepError, ValueError):
         super().__init__(f"{path}, {where}: {problem}")
 
 
+CUT_CHARS = 80
+"""How much of a rejected value an error message shows."""
+
+
+def cut(value: object, limit: int = CUT_CHARS) -> str:
+    """``repr(value)`` for a one-line message: whole when short, else its first ``limit``
+    characters and the value's size, e.g. ``'aaaa...'... (1,500,000 characters)``.
+
+    A rejected id, line or request field may be megabytes long; echoing it whole would bury
+    the message (and a 5 MB id in a log line is a problem of its own).
+    """
+    if isinstance(value, str):
+        if len(value) <= limit:
+            text = repr(value)
+            if len(text) <= limit:
+                return text
+        # repr of a prefix only: never build the repr of a huge value.
+        return f"{repr(value[:limit])[:limit]}... ({len(value):,} characters)"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 class InvalidInput(PresdepError, ValueError):
     """An argument or input value outside what the function accepts; the message says what was expected."""
 

@@ -2,14 +2,14 @@
 
 Every file carries key-value metadata under the key ``presdep`` (JSON): the presdep
 version, the artifact kind and the resolved parameters that produced it. Writes are
-atomic (a temporary file in the same folder, then ``os.replace``), so a killed job
-never leaves a half-written file behind.
+atomic (a temporary file in the same folder, then ``os.replace``: :mod:`presdep.contracts.atomic_files`),
+so a killed job never leaves a half-written file behind.
 
 Every file also carries two checksums, verified on read, so that no damaged byte is served:
 
 * Parquet page checksums (CRC32 of every data page, ``write_page_checksum=True``), checked by
   the reader (``page_checksum_verification=True``);
-* a content digest (SHA-256, see :func:`content_digest`) under ``presdep_sha256`` over a
+* a content digest (SHA-256, see :mod:`presdep.contracts.artifact_digests`) under ``presdep_sha256`` over a
   canonical, layout-independent encoding of the table as :func:`read_table` returns it and of
   the ``presdep`` JSON bytes, plus ``presdep_meta_sha256`` over the JSON bytes alone, which is
   what :func:`read_metadata` checks (it reads only the footer, never the data pages).
@@ -25,33 +25,37 @@ id (written with the digests, outside the key-value metadata, as a mark that the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
-import struct
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from presdep import __version__
+from presdep.contracts.artifact_digests import (
+    DIGEST_KEY,
+    META_DIGEST_KEY,
+    METADATA_KEY,
+    artifact_metadata,
+    content_digest,
+    metadata_digest,
+)
+from presdep.contracts.atomic_files import (
+    atomic_path,
+    atomic_write,
+    write_bytes_atomic,
+    write_dir_atomic,
+    write_text_atomic,
+)
 from presdep.contracts.errors import SchemaError
 
 log = logging.getLogger(__name__)
-
-METADATA_KEY = b"presdep"
-# SHA-256 (hex) of the canonical encoding of the data and the METADATA_KEY JSON bytes.
-DIGEST_KEY = b"presdep_sha256"
-# SHA-256 (hex) of the METADATA_KEY JSON bytes alone: what read_metadata verifies.
-META_DIGEST_KEY = b"presdep_meta_sha256"
 
 _STR = pa.string()
 _I32 = pa.int32()
@@ -145,8 +149,6 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-
-
 def _check(df: pl.DataFrame, kind: str, where: str) -> pa.Table:
     if kind not in SCHEMAS:
         raise SchemaError(f"{where}: unknown artifact kind {kind!r}; known: {sorted(SCHEMAS)}")
@@ -191,91 +193,6 @@ def provenance(kind: str, params: Mapping[str, Any] | None = None, **extra: Any)
     return meta
 
 
-# The process umask, read once at import (reading it means setting it, which is not thread-safe).
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
-
-def atomic_path(path: Path):
-    """A temporary sibling of ``path``; the caller renames it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    # mkstemp creates mode 0600; results are shared files, so give them the mode an
-    # ordinary open() would (0666 less the umask), which the rename keeps.
-    os.fchmod(fd, 0o666 & ~_UMASK)
-    os.close(fd)
-    return Path(tmp)
-
-
-def atomic_write(path: str | os.PathLike, writer) -> Path:
-    """Call ``writer(tmp_path)`` on a temporary sibling, then rename it onto ``path``.
-
-    A crash at any point leaves either the old file or the new one, never a torn one. A full
-    filesystem (ENOSPC, EDQUOT, or a writer's own words for it, see
-    :meth:`~presdep.contracts.errors.DiskFullError.from_failure`) raises
-    :class:`~presdep.contracts.errors.DiskFullError` naming ``path`` and the space left; the
-    temporary file is removed either way.
-    """
-    path = Path(path)
-    tmp = None
-    try:
-        tmp = atomic_path(path)
-        writer(tmp)
-        os.replace(tmp, path)
-    except Exception as exc:
-        from presdep.contracts.errors import DiskFullError
-
-        full = DiskFullError.from_failure(path, exc)  # before the partial file goes: it holds the space
-        if full is None or full is exc:
-            raise
-        raise full from exc
-    finally:
-        if tmp is not None and tmp.exists():
-            tmp.unlink()
-    return path
-
-
-def write_dir_atomic(final: str | os.PathLike, write) -> Path:
-    """Fill a temporary sibling folder with ``write(tmp)``, then rename it onto ``final``.
-
-    For writers that produce folders (``save_pretrained``, a hub snapshot, a checkpoint). A
-    crash leaves the old folder or the new one; an old one is replaced only once the new
-    one is complete. Files get the mode an ordinary open() would give (writers such as
-    safetensors create them through mkstemp, 0600). A full filesystem raises
-    :class:`~presdep.contracts.errors.DiskFullError` naming ``final``, as in
-    :func:`atomic_write`; the temporary folder is removed either way.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        tmp.chmod(0o777 & ~_UMASK)
-        write(tmp)
-        for path in tmp.rglob("*"):
-            if path.is_file() and not path.is_symlink():
-                path.chmod(0o666 & ~_UMASK)
-            elif path.is_dir():
-                path.chmod(0o777 & ~_UMASK)
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
-            os.replace(final, old / "x")
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except Exception as exc:
-        from presdep.contracts.errors import DiskFullError
-
-        full = DiskFullError.from_failure(final, exc)
-        if full is None or full is exc:
-            raise
-        raise full from exc
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 # The Parquet field id write_table gives the first column: it lives in the Parquet schema,
 # outside the key-value metadata, and marks a file written with digests (one damaged byte
 # cannot remove both the mark and the key-value metadata).
@@ -299,99 +216,6 @@ def _has_marked_fields(schema: pa.Schema) -> bool:
     return False
 
 
-# Versioned prefixes of the hashed encodings: a change of encoding must change the tag.
-_TABLE_DIGEST_TAG = b"presdep-table-digest/1\n"
-_META_DIGEST_TAG = b"presdep-meta-digest/1\n"
-
-
-def _frame(h, data) -> None:
-    """Feed ``data`` (bytes or a contiguous buffer) to ``h`` behind its length: no two inputs collide."""
-    view = memoryview(data).cast("B")
-    h.update(struct.pack("<Q", view.nbytes))
-    h.update(view)
-
-
-def _le(arr: np.ndarray) -> np.ndarray:
-    """A C-contiguous little-endian copy (or view) of ``arr``: the hashed bytes do not depend on the host."""
-    if arr.dtype.byteorder == ">":
-        arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(arr)
-
-
-def _series_parts(s: pl.Series) -> Iterator[bytes | np.ndarray]:
-    """The canonical encoding of one column: a type tag, then its buffers (framed by the caller).
-
-    Depends only on the values and their nulls, never on chunks, row groups or Arrow buffer
-    layout. String columns: null mask, UTF-8 byte lengths, concatenated bytes. Numeric and
-    boolean columns: null mask, values with nulls filled (numpy dtype kept, little-endian).
-    Categoricals are encoded as their strings, temporal types as their physical integers; any
-    other type (lists, structs, binary, decimals, ...) as ``repr`` of its Python values, slower
-    but exact. The tags of the contracts' types (``utf8``, ``numpy:<i4`` ...) depend on no
-    library's naming; those of the others include polars' repr of the dtype.
-    """
-    dt = s.dtype
-    if dt in (pl.Categorical, pl.Enum):
-        s = s.cast(pl.String)
-        yield b"categorical"
-        dt = pl.String
-    if dt == pl.String:
-        yield b"utf8"
-        yield _le(s.is_null().to_numpy())
-        filled = s.fill_null("")
-        yield _le(filled.str.len_bytes().to_numpy())
-        joined = filled.str.join("").cast(pl.Binary).item() if s.len() else b""
-        yield joined or b""
-        return
-    if dt.is_temporal():
-        yield f"temporal:{dt!r}".encode()
-        s = s.to_physical()
-        dt = s.dtype
-    if (dt.is_numeric() and not dt.is_decimal()) or dt == pl.Boolean:
-        values = s.fill_null(False if dt == pl.Boolean else 0).to_numpy()
-        yield f"numpy:{values.dtype.str}".encode()
-        yield _le(s.is_null().to_numpy())
-        yield _le(values)
-        return
-    yield f"pylist:{dt!r}".encode()
-    yield repr(s.to_list()).encode("utf-8")
-
-
-def content_digest(df: pl.DataFrame, meta_json: bytes) -> str:
-    """SHA-256 (hex) of a canonical, layout-independent encoding of ``df`` and ``meta_json``.
-
-    Per column, in column order: the name, a type tag and the column's buffers (see
-    :func:`_series_parts`), every piece length-prefixed; before them the ``presdep`` JSON bytes,
-    the row count and the column count. The same values give the same digest whatever the
-    row-group size, the chunking or the Parquet encoding they were read from.
-    """
-    h = hashlib.sha256(_TABLE_DIGEST_TAG)
-    _frame(h, meta_json)
-    h.update(struct.pack("<QQ", df.height, df.width))
-    for s in df.get_columns():
-        _frame(h, s.name.encode("utf-8"))
-        for part in _series_parts(s):
-            _frame(h, part)
-    return h.hexdigest()
-
-
-def metadata_digest(meta_json: bytes) -> str:
-    """SHA-256 (hex) of the ``presdep`` JSON bytes alone (what :func:`read_metadata` verifies)."""
-    return hashlib.sha256(_META_DIGEST_TAG + meta_json).hexdigest()
-
-
-def artifact_metadata(df: pl.DataFrame, meta_json: bytes) -> dict[bytes, bytes]:
-    """The schema metadata presdep writes for ``df``: the JSON and both of its digests.
-
-    ``df`` must be the table as :func:`read_table` will return it (the contract's columns, in
-    order, with the contract's types).
-    """
-    return {
-        METADATA_KEY: meta_json,
-        DIGEST_KEY: content_digest(df, meta_json).encode("ascii"),
-        META_DIGEST_KEY: metadata_digest(meta_json).encode("ascii"),
-    }
-
-
 def write_table(
     df: pl.DataFrame,
     path: str | os.PathLike,
@@ -413,7 +237,11 @@ def write_table(
 # Exceptions a reader must never swallow: the user or the interpreter stopping the process.
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
-REBUILD_HINT = "delete it and re-run the rule that wrote it: snakemake will redo it"
+# What works: --force redoes the file even when what depends on it looks up to date (a deleted
+# intermediate file is not redone by a plain `snakemake`); a user's own file is never to be deleted.
+REBUILD_HINT = ("if a workflow rule wrote it, re-run the rule that wrote it: `snakemake --cores all --force <this "
+                "file>`, then ask for your target again (what depends on it is redone); if it is a file of your own, "
+                "it is not one presdep wrote")
 
 
 def _unreadable(path: Path, what: str, exc: BaseException) -> SchemaError:
@@ -577,10 +405,8 @@ def read_metadata(path: str | os.PathLike) -> dict:
     return meta
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write a text file atomically (tables, reports, yaml)."""
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+__all__ = [
+    "DIGEST_KEY", "FIELD_ID_KEY", "KEYS", "METADATA_KEY", "META_DIGEST_KEY", "REBUILD_HINT", "SCHEMAS",
+    "artifact_metadata", "atomic_path", "atomic_write", "content_digest", "metadata_digest", "provenance",
+    "read_metadata", "read_table", "write_bytes_atomic", "write_dir_atomic", "write_table", "write_text_atomic",
+]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import polars as pl
 
-from presdep.contracts.errors import InputFormatError
+from presdep.contracts.errors import InputFormatError, cut
+from presdep.data import sniff
 from presdep.data.text_input import text_lines
 from presdep.data.trec import qrels_frame
 
@@ -17,7 +18,8 @@ def beir_qrels_path(folder: str | Path, split: str = "test") -> Path:
 
 
 def read_beir_qrels(path: str | Path, split: str = "test") -> pl.DataFrame:
-    """A BEIR folder (or its qrels TSV directly) -> the qrels contract."""
+    """A BEIR folder (or its qrels TSV directly) -> the qrels contract (ids and grades checked
+    as TREC qrels are, :func:`presdep.data.trec.qrels_frame`)."""
     path = beir_qrels_path(path, split)
 
     def rows():
@@ -30,7 +32,8 @@ def read_beir_qrels(path: str | Path, split: str = "test") -> pl.DataFrame:
             if len(parts) != 3:
                 raise InputFormatError(
                     path, f"line {number}",
-                    f"expected 3 tab-separated columns 'query-id corpus-id score', got {line[:80]!r}",
+                    f"expected 3 tab-separated columns 'query-id corpus-id score', got {cut(line)}"
+                    f"{sniff.hint(line, sniff.BEIR_QRELS, path)}",
                 )
             qid, did, score = (p.strip() for p in parts)
             yield number, qid, did, score

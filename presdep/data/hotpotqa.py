@@ -18,6 +18,9 @@ candidate with doc ``"title: text"`` and doc_id its position in the given list
 meaning). Qrels: supporting paragraph = 1, every other paragraph = 0 (all
 judged). Gold answers (``answers_gold``): one row per distinct gold string
 (IRCoT: every span, else the number, else the date written "day month year").
+A question may have fewer paragraphs than its source's usual 10 (HotpotQA's distractor
+setting has a few); it keeps what it has. A paragraph text given twice in one question
+is kept, counted and warned about once per file (:mod:`presdep.data.duplicates`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from presdep.contracts.errors import InputFormatError, InvalidInput
+from presdep.data.duplicates import DuplicateTexts
 from presdep.data.text_input import json_list, json_records
 
 log = logging.getLogger(__name__)
@@ -59,6 +63,7 @@ class _Builder:
         self.gold: dict[str, list] = {k: [] for k in _GOLD_SCHEMA}
         self.seen: set[str] = set()
         self.unsupported: list[str] = []
+        self.duplicates = DuplicateTexts("paragraph")
 
     def add(self, where: str, qid: str, question: str, paragraphs: list[tuple[str, str, str, bool]], answers: list[str]):
         """``paragraphs``: (doc_id, title, text, supporting) in the given order."""
@@ -77,11 +82,13 @@ class _Builder:
         if not golds:
             raise InputFormatError(self.path, where, f"question {qid!r} has no gold answer")
         n = len(paragraphs)
-        for rank, (did, title, text, supporting) in enumerate(paragraphs, start=1):
+        docs = [f"{title.strip()}: {text.strip()}" if title.strip() else text.strip() for _, title, text, _ in paragraphs]
+        self.duplicates.add(qid, docs)
+        for rank, ((did, _, _, supporting), doc) in enumerate(zip(paragraphs, docs), start=1):
             self.cands["query_id"].append(qid)
             self.cands["query"].append(question.strip())
             self.cands["doc_id"].append(did)
-            self.cands["doc"].append(f"{title.strip()}: {text.strip()}" if title.strip() else text.strip())
+            self.cands["doc"].append(doc)
             self.cands["first_stage_rank"].append(rank)
             self.cands["first_stage_score"].append(float(n - rank + 1))
             self.qrels["query_id"].append(qid)
@@ -101,6 +108,7 @@ class _Builder:
                 "%s: %d question(s) have no supporting paragraph and get no QA nDCG (e.g. %s)",
                 self.path, len(self.unsupported), self.unsupported[0],
             )
+        self.duplicates.warn(self.path)
         return QASet(
             pl.DataFrame(self.cands, schema=_CAND_SCHEMA),
             pl.DataFrame(self.qrels, schema=_QRELS_SCHEMA),

@@ -7,6 +7,8 @@ the rules here hold for all of them:
 - UTF-8 only; a bad byte is an error naming the file and the line.
 - A leading UTF-8 byte-order mark is dropped and said once in the log; a UTF-16 mark is
   an error (:mod:`presdep.runtime.text_files`, shared with every other reader of user text).
+- A folder where a file is read is an error (saying so when it is a BEIR folder), and a line
+  or document that is not JSON says what it looks like instead (:mod:`presdep.data.sniff`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from presdep.contracts.errors import InputFormatError
+from presdep.data import sniff
 from presdep.runtime.text_files import strip_bom
 
 
@@ -45,6 +48,8 @@ def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 def _open_binary(path: Path):
     if not path.exists():
         raise FileNotFoundError(f"input file not found: {path}")
+    if path.is_dir():
+        raise InputFormatError(path, "path", f"is a folder, expected a file{sniff.folder_hint(path)}")
     if path.suffix == ".gz":
         import gzip
 
@@ -65,9 +70,11 @@ def json_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputFormatError(path, f"line {number}", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            raise InputFormatError(path, f"line {number}", f"invalid JSON ({exc.msg} at column {exc.colno})"
+                                   f"{sniff.hint(line, sniff.JSONL, path)}") from None
         if not isinstance(obj, dict):
-            raise InputFormatError(path, f"line {number}", f"expected a JSON object, got {type(obj).__name__}")
+            raise InputFormatError(path, f"line {number}", f"expected a JSON object, got {type(obj).__name__}"
+                                   f"{sniff.hint(line, sniff.JSONL, path)}")
         yield number, obj
 
 
@@ -76,7 +83,9 @@ def json_list(path: str | Path, expected: str) -> list[Any]:
     try:
         entries = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
-        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
+        raise InputFormatError(path, f"line {exc.lineno} column {exc.colno}",
+                               f"invalid JSON: {exc.msg}{sniff.file_hint(path, (sniff.JSON, sniff.JSONL))}") from None
     if not isinstance(entries, list):
-        raise InputFormatError(path, "top level", f"expected a JSON list of {expected}")
+        raise InputFormatError(path, "top level",
+                               f"expected a JSON list of {expected}{sniff.file_hint(path, (sniff.JSON, sniff.JSONL))}")
     return entries

@@ -24,6 +24,7 @@ from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table
 from presdep.contracts.tasks import FIRST_STAGE
 from presdep.contracts.views import RANDOM_SHUFFLE
+from presdep.data.sniff import TREC_RUN, guess
 from presdep.data.trec import read_qrels, read_run
 from presdep.metrics.compute import TASKS, compute_metrics, write_metrics
 from presdep.metrics.thresholds import SPLIT_RULE, SPLIT_SEED, split_queries, tune_thresholds
@@ -60,6 +61,20 @@ def register(subparsers) -> None:
 def _is_parquet(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(4) == b"PAR1"
+
+
+def read_scores_file(path: str | Path) -> pl.DataFrame:
+    """A presdep scores Parquet; a text file (a TREC run, most often) is refused with what to do instead."""
+    path = Path(path)
+    if path.is_file() and not _is_parquet(path):
+        with open(path, "rb") as fh:
+            first = fh.readline(200).decode("utf-8", "replace").strip()
+        if guess(first) == TREC_RUN:
+            raise InvalidInput(f"{path}: a TREC run (line 1: {first[:80]!r}), not a presdep scores file: give TREC runs "
+                               "as --runs RUN1 RUN2 ... (one per presentation) with --first-stage-run RUN")
+        raise InvalidInput(f"{path}: not a Parquet file (line 1: {first[:80]!r}); SCORES is a scores file written by "
+                           "presdep (results/scores/<run>/<dataset>.parquet), or give TREC runs with --runs")
+    return read_table(path, "scores")
 
 
 def read_qrels_any(path: str | Path) -> pl.DataFrame:
@@ -119,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidInput("--runs needs --first-stage-run FILE (the pass over the first-stage order)")
         scores = runs_to_scores(args.runs, args.perturbation, args.first_stage_run)
     else:
-        scores = read_table(args.scores, "scores")
+        scores = read_scores_file(args.scores)
     note = single_presentation_note(scores)
     if note:
         print(f"presdep metrics: warning: {note}", file=sys.stderr)

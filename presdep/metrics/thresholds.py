@@ -18,12 +18,12 @@ Protocol (docs/methods/jaccard.md):
   threshold wins (presdep.metrics.decisions).
 
 The artifact (one JSON file per run and dataset) is the one place the metrics and
-Figure 1 read t* from.
+Figure 1 read t* from. It is written with a content digest and verified on every read
+(presdep.contracts.json_artifacts): a damaged or hand-edited file (a changed t*) is refused.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from presdep.contracts.errors import InvalidInput
-from presdep.contracts.schemas import read_table, write_text_atomic
+from presdep.contracts.errors import InvalidInput, cut
+from presdep.contracts.json_artifacts import read_json_artifact, write_json_artifact
+from presdep.contracts.schemas import read_table
 from presdep.contracts.views import CANONICAL_PRESENTATION, decision_presentations
 from presdep.metrics import decisions
 from presdep.metrics.quality import qrels_to_dict
@@ -148,24 +149,25 @@ def degenerate_warnings(view: pl.DataFrame, qrels_d: Mapping[str, Mapping[str, i
 
 
 def write_thresholds(artifact: Mapping[str, Any], path: str | os.PathLike, params: Mapping[str, Any] | None = None):
-    """Write the artifact atomically as JSON (with the parameters that produced it)."""
+    """Write the artifact atomically as JSON with its digest (and the parameters that produced it)."""
     doc = dict(artifact)
     doc["params"] = dict(params or {})
-    return write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return write_json_artifact(path, doc)
 
 
 def read_thresholds(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and check a threshold artifact; the error names the file and the missing key."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            doc = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"{path}: not a JSON threshold file ({exc})") from exc
+    """Read, verify and check a threshold artifact. A damaged or edited file is a SchemaError
+    naming it (presdep.contracts.json_artifacts); a missing key an InvalidInput naming the key."""
+    doc = read_json_artifact(path, "threshold file")
     missing = [k for k in _REQUIRED_KEYS if k not in doc]
     if missing:
         raise InvalidInput(f"{path}: threshold file lacks key(s) {missing}; expected at least {list(_REQUIRED_KEYS)}")
-    if not isinstance(doc["t_star"], (int, float)) or not np.isfinite(doc["t_star"]):
-        raise InvalidInput(f"{path}: t_star must be a finite number, got {doc['t_star']!r}")
+    t = doc["t_star"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t):
+        raise InvalidInput(f"{path}: t_star must be a finite number, got {cut(t)}")
+    for k in ("dev_queries", "test_queries"):
+        if not isinstance(doc[k], list) or not all(isinstance(q, str) for q in doc[k]):
+            raise InvalidInput(f"{path}: {k} must be a list of query ids (strings), got {cut(doc[k])}")
     if set(doc["dev_queries"]) & set(doc["test_queries"]):
         raise InvalidInput(f"{path}: dev_queries and test_queries overlap")
     return doc

@@ -1,12 +1,12 @@
 """The stability analysis' files: metrics Parquet and JSON run reports in, JSON and SVG out.
 
 The analyses themselves (no I/O) are in presdep.report.stability_analysis; the JSON
-layout is documented there.
+layout is documented there. The JSON is written with a content digest
+(presdep.contracts.json_artifacts) and :func:`read_stability_json` verifies it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -14,7 +14,8 @@ from typing import Any, Iterable, Mapping
 import polars as pl
 
 from presdep.contracts.errors import StabilityError
-from presdep.contracts.schemas import read_table, write_text_atomic
+from presdep.contracts.json_artifacts import read_json_artifact, write_json_artifact
+from presdep.contracts.schemas import read_table
 from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from presdep.report.run_reports import prompt_variant, reports_frame
 from presdep.report.stability_analysis import analyse_table1, paired_bootstrap
@@ -59,7 +60,12 @@ def analyse_reports(
 
 
 def write_stability_json(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    return write_text_atomic(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
+    return write_json_artifact(path, result)
+
+
+def read_stability_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A stability result as written, verified against its digest (SchemaError naming the file if not)."""
+    return read_json_artifact(path, "stability result")
 
 
 def write_table1_stability(

@@ -16,9 +16,11 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
+
+from presdep.runtime.job_errors import install as install_error_hook
 
 PROGRESS_EVERY_S = 30.0  # console and log: one progress line per bar at most this often
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -128,9 +130,15 @@ def _label(path: Path) -> str:
     return "/".join(parts[-4:])
 
 
-def log_to_file(path: str | Path | None, every: float = PROGRESS_EVERY_S) -> None:
-    """Send stderr and logging to the rule's log; progress lines and warnings also to the console."""
+def log_to_file(path: str | Path | None, every: float = PROGRESS_EVERY_S,
+                input_keys: Mapping[str, str] | None = None) -> None:
+    """Send stderr and logging to the rule's log; progress lines and warnings also to the console.
+
+    An input error ends the job as one line naming the config key of the file (``input_keys``:
+    {path: config key}), see :mod:`presdep.runtime.job_errors`.
+    """
     console = sys.stderr
+    install_error_hook(console, input_keys)
     if path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,9 +13,9 @@ equals a fresh generation bit for bit. With larger batches a prompt's answer is 
 of the batch that first generated it; every later job reuses it, so two variants showing
 the reader the same paragraphs get the same answer.
 
-Each entry's checksum covers its key and the text's UTF-8 bytes
-(:mod:`presdep.runtime.content_cache`); a shard with an entry that does not match is
-quarantined and its answers are generated again.
+Each entry's checksum covers the identity, its key and the text's UTF-8 bytes
+(:mod:`presdep.runtime.content_cache`); a shard with an entry that does not match, or one
+copied in from another identity's folder, is quarantined and its answers are generated again.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ class AnswerCache(ContentCache):
     """Raw generated texts per reader prompt of one reader identity under ``root``."""
 
     SCHEMA = shard_schema(("text", pa.string()))
-    # 2: a per-entry sha256 column and Parquet page checksums (version-1 shards live under
-    # other identity folders and are no longer read).
-    FORMAT_VERSION = 2
+    # 2: a per-entry sha256 column and Parquet page checksums. 3: the identity in every
+    # entry's checksum and in each shard's metadata. Older shards live under other identity
+    # folders and are no longer read: a cold cache.
+    FORMAT_VERSION = 3
     KIND = "answer cache"
 
     def _check(self, text: Any) -> str:

@@ -9,10 +9,11 @@ and a hit returns the stored float64 values, so scores built from it are bit-ide
 
 Storage (:mod:`presdep.runtime.content_cache`): ``<root>/<identity key>/identity.json`` and
 Parquet shards (``key``, ``slots``, ``probs``, ``sha256``), each renamed into place whole.
-An entry's checksum covers its key, its shape and its float64 little-endian bytes; a value
-read back is also refused unless it is a probability distribution per slot (see
-:meth:`ReadCache._validate`). A shard holding a refused entry is quarantined, and its
-entries are read again by the scorer.
+An entry's checksum covers the identity, its key, its shape and its float64 little-endian
+bytes, so a shard copied in from another identity's folder (a student's reads under off the
+shelf's) is refused; a value read back is also refused unless it is a probability
+distribution per slot (see :meth:`ReadCache._validate`). A refused shard is quarantined,
+and its entries are read again by the scorer.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from presdep.runtime.content_cache import ContentCache, shard_schema
 log = logging.getLogger(__name__)
 
 # Bump when the meaning or layout of a stored read changes (it is part of every identity).
-# 2: a per-entry sha256 column and Parquet page checksums (version-1 shards live under
-# other identity folders and are no longer read).
-FORMAT_VERSION = 2
+# 2: a per-entry sha256 column and Parquet page checksums. 3: the identity in every
+# entry's checksum and in each shard's metadata. Older shards live under other identity
+# folders (the version is part of the identity key) and are no longer read: a cold cache.
+FORMAT_VERSION = 3
 SHARD_SCHEMA = shard_schema(("slots", pa.int32()), ("probs", pa.list_(pa.float64())))
 # How far a slot's probabilities may sum from 1: the readout is a float64 softmax over four
 # logits (presdep.scoring.readout.grade_probs), whose sums are off by a few ulp (~1e-16).

@@ -22,6 +22,7 @@ What a request may end as, per distinct prompt:
   and full jitter (``Retry-After`` honoured up to ``max_retry_after_s``; hitting
   that ceiling is logged and counted); other 4xx fail at once, and 401/403/404
   stop every later request to the endpoint (they concern the endpoint, not one prompt).
+  The client and these retries are :mod:`presdep.training.hosted_transport`'s.
 
 :func:`failure_gate` turns the counts into the job's verdict: more than
 ``max_transport_failure_share`` transport failures or ``max_parse_failure_share``
@@ -40,9 +41,7 @@ grader with a first-slot bias); everything it produces is labelled ``mock``.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import random
 import re
@@ -50,7 +49,6 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
@@ -60,13 +58,8 @@ from presdep.contracts.errors import InvalidInput, PresdepError
 from presdep.contracts.readouts import GradeReadout, PromptScorer
 from presdep.scoring.template import load_template, prepare_doc
 from presdep.training.hosted_cache import ReplyCache, request_key
-from presdep.training.hosted_net import (
-    HostedConfigError,
-    make_openai_client,
-    normalise_endpoint,
-    request_deadline,
-    scrub,
-)
+from presdep.training.hosted_net import HostedConfigError, normalise_endpoint, scrub
+from presdep.training.hosted_transport import ENDPOINT_STATUSES, HostedFailure, RetryingTransport
 
 log = logging.getLogger(__name__)
 
@@ -79,21 +72,12 @@ HOSTED_REQUIRED = (
 )
 HOSTED_OPTIONAL = ("base_url", "model", "max_tokens")
 _SECRET_KEYS = ("api_key", "key", "token", "authorization")
-# Statuses that concern the endpoint (key, permission, path or model), not one prompt.
-ENDPOINT_STATUSES = (401, 403, 404)
 _LINE = re.compile(r"^\s*\[(\d+)\]\s*Grade:\s*(-?\d+)\s*$")
 
 
 class GradeParseError(PresdepError, ValueError):
     """A reply does not hold exactly one valid grade per document."""
 
-
-class HostedFailure(PresdepError, RuntimeError):
-    """A request (or a job) that ended without usable replies; the message is scrubbed."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(scrub(message))
-        self.status = status
 
 
 def hosted_settings(spec: Mapping[str, Any]) -> dict:
@@ -199,83 +183,10 @@ class HostedStats:
         return d
 
 
-# ----------------------------------------------------------------- clients
-
-
-class _MockCompletions:
-    """Offline stand-in with the chat-completions shape; deterministic, never a real model."""
-
-    def create(self, *, model, messages, **kwargs):
-        text = messages[-1]["content"]
-        query = re.search(r"^Query: (.*)$", text, re.M)
-        qtok = set(re.findall(r"[a-z0-9]+", (query.group(1) if query else "").lower()))
-        lines = []
-        for m in re.finditer(r"^\[(\d+)\] ?(.*)$", text, re.M):
-            i, body = int(m.group(1)), m.group(2)
-            dtok = set(re.findall(r"[a-z0-9]+", body.lower()))
-            overlap = len(qtok & dtok) / max(len(qtok), 1)
-            g = min(3, int(overlap * 4))
-            if i == 1:  # a first-slot bias, so presentation dependence is visible
-                g = min(3, g + 1)
-            lines.append(f"[{i}] Grade: {g}")
-        content = "\n".join(lines)
-        usage = SimpleNamespace(prompt_tokens=len(text.split()), completion_tokens=len(content.split()))
-        msg = SimpleNamespace(content=content)
-        return SimpleNamespace(choices=[SimpleNamespace(message=msg)], usage=usage, model=f"mock:{model}")
-
-
-def _retryable(exc: BaseException) -> bool:
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    return isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.APIResponseValidationError,
-                            json.JSONDecodeError, _MalformedReply))
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    resp = getattr(exc, "response", None)
-    headers = getattr(resp, "headers", None)
-    if not headers:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        try:
-            value = float(raw) * scale
-        except ValueError:
-            from email.utils import parsedate_to_datetime
-
-            try:
-                value = parsedate_to_datetime(raw).timestamp() - time.time()
-            except (TypeError, ValueError):
-                continue
-        if math.isfinite(value):
-            return max(0.0, value)
-    return None
-
-
-class _MalformedReply(PresdepError, ValueError):
-    pass
-
-
-def _say(exc: BaseException | None) -> str:
-    """An exception as one scrubbed log/message fragment."""
-    if exc is None:
-        return ""
-    return scrub(f"{type(exc).__name__}: {exc}".replace("\n", " "))[:300]
-
-
-def _status(exc: BaseException | None) -> int | None:
-    code = getattr(exc, "status_code", None)
-    return int(code) if isinstance(code, int) else None
-
-
 # ----------------------------------------------------------------- grader
 
 
-class HostedGrader:
+class HostedGrader(RetryingTransport):
     """Grades prompts of (query, docs) through a chat endpoint; cached, retried, bounded."""
 
     def __init__(
@@ -303,18 +214,6 @@ class HostedGrader:
         self._rng = random.Random()
         if self.mock:
             log.warning("hosted provider 'mock': offline stand-in grades, NOT a real model")
-
-    @property
-    def client(self):
-        """The client, made on first use: a fully cached run never needs the key."""
-        with self._lock:
-            if self._client is None:
-                if self.mock:
-                    self._client = SimpleNamespace(chat=SimpleNamespace(completions=_MockCompletions()))
-                else:
-                    self._client = make_openai_client(self.settings["base_url"], self.settings["api_key_env"],
-                                                      float(self.settings["timeout_s"]))
-            return self._client
 
     def describe(self) -> dict:
         d = public_settings(self.settings)
@@ -345,68 +244,6 @@ class HostedGrader:
         with self._lock:
             for k, v in inc.items():
                 setattr(self.stats, k, getattr(self.stats, k) + v)
-
-    def _wait(self, exc: BaseException, i: int) -> float:
-        """Seconds before retry ``i + 1``: full jitter, or the server's Retry-After up to its ceiling."""
-        s = self.settings
-        after = _retry_after(exc)
-        if after is None:
-            return self._rng.uniform(0.0, min(float(s["max_delay_s"]), float(s["base_delay_s"]) * (2**i)))
-        ceiling = float(s["max_retry_after_s"])
-        if after > ceiling:
-            self._count(retry_after_capped=1)
-            log.warning("hosted endpoint %s asked to wait %.1f s (Retry-After); waiting the ceiling "
-                        "max_retry_after_s = %.1f s instead", scrub(self.endpoint), after, ceiling)
-            after = ceiling
-        return after + self._rng.uniform(0.0, 0.1 * float(s["base_delay_s"]))
-
-    def _call(self, body: Mapping[str, Any]) -> dict:
-        """One reply, with transport retries; raises HostedFailure when they run out."""
-        s = self.settings
-        client = self.client  # may raise HostedConfigError: a setup error, not a failed prompt
-        last: BaseException | None = None
-        for i in range(int(s["max_retries"]) + 1):
-            if self._refused is not None:
-                raise HostedFailure(f"not sent: {self._refused}", self._refused_status)
-            if i:
-                self._count(retries=1)
-            self._count(requests=1)
-            try:
-                with request_deadline(float(s["timeout_s"])):
-                    resp = client.chat.completions.create(**body)
-                try:
-                    content = resp.choices[0].message.content
-                except (AttributeError, IndexError, TypeError) as exc:
-                    raise _MalformedReply(f"reply without choices[0].message ({type(exc).__name__})") from None
-                usage = getattr(resp, "usage", None)
-                entry = {
-                    "content": content,
-                    "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-                    "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-                    "model": getattr(resp, "model", None),
-                }
-                self._count(prompt_tokens_paid=entry["prompt_tokens"], completion_tokens_paid=entry["completion_tokens"])
-                return entry
-            except Exception as exc:  # noqa: BLE001 - classified just below
-                code = _status(exc)
-                if not _retryable(exc):
-                    msg = f"endpoint {self.endpoint} answered HTTP {code}: {_say(exc)}" if code else \
-                        f"endpoint {self.endpoint}: non-retryable {_say(exc)}"
-                    if code in ENDPOINT_STATUSES:
-                        with self._lock:
-                            if self._refused is None:
-                                self._refused, self._refused_status = msg, code
-                                log.error("%s; no further request is sent to this endpoint in this run", scrub(msg))
-                    raise HostedFailure(msg, code) from None
-                last = exc
-                if i == int(s["max_retries"]):
-                    break
-                delay = self._wait(exc, i)
-                log.info("retrying after %s (%.2fs)", _say(exc), delay)
-                self._sleep(delay)
-        code = _status(last)
-        raise HostedFailure(f"endpoint {self.endpoint}: gave up after {int(s['max_retries']) + 1} attempts"
-                            + (f", last HTTP {code}" if code else "") + f": {_say(last)}", code)
 
     def _grade_distinct(self, query: str, docs: Sequence[str]) -> GradeResult:
         """Walk this prompt's attempts: cached ones for free, at most parse_retries + 1 paid ones."""
@@ -565,7 +402,7 @@ def make_hosted(run: ScoringRun, prompt: PromptSettings) -> HostedScorer:
 
 
 __all__ = [
-    "HOSTED_REQUIRED", "HOSTED_OPTIONAL", "GradeParseError", "HostedFailure", "HostedConfigError", "hosted_settings",
-    "public_settings", "parse_grades", "retry_note", "failure_gate", "GradeResult", "HostedStats", "HostedGrader",
-    "HostedScorer", "make_hosted",
+    "HOSTED_REQUIRED", "HOSTED_OPTIONAL", "ENDPOINT_STATUSES", "GradeParseError", "HostedFailure", "HostedConfigError",
+    "hosted_settings", "public_settings", "parse_grades", "retry_note", "failure_gate", "GradeResult", "HostedStats",
+    "HostedGrader", "HostedScorer", "make_hosted",
 ]

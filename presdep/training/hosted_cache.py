@@ -2,10 +2,13 @@
 
 The key is a sha256 over the request's identity (normalised endpoint, request body,
 attempt, template hash), and each entry stores that identity under ``request``. An
-entry is used only when it decodes as UTF-8 JSON of the expected shape AND answers
-exactly the request asked; anything else (torn, non-UTF-8, wrong-shaped, swapped
-from another prompt) is named, renamed aside (never deleted: it was paid for) and
-the request is asked again.
+entry is written with a content digest over all of it, the request included
+(:mod:`presdep.contracts.json_artifacts`), and used only when its digest matches, it has
+the expected shape AND it answers exactly the request asked; anything else (torn,
+non-UTF-8, a changed byte, wrong-shaped, swapped from another prompt) is named, renamed
+aside (never deleted: it was paid for) and the request is asked again. Entries of an
+older presdep (no digest) are used after their shape and request checks, with one
+warning per cache.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from presdep.contracts.schemas import write_text_atomic
+from presdep.contracts.errors import SchemaError
+from presdep.contracts.json_artifacts import check_json_artifact, write_json_artifact
 from presdep.training.hosted_net import scrub
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,7 @@ class ReplyCache:
         self.root = Path(root)
         self.set_aside: list[str] = []  # paths renamed aside in this process
         self._lock = threading.Lock()
+        self._warned_unverified = False
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
@@ -65,11 +70,13 @@ class ReplyCache:
         except FileNotFoundError:
             return None
         try:
-            entry = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            return self._aside(p, "is not UTF-8")
-        except json.JSONDecodeError as exc:
-            return self._aside(p, f"is not valid JSON ({exc.msg} at byte {exc.pos})")
+            entry, verified = check_json_artifact(raw)
+        except SchemaError as exc:
+            return self._aside(p, str(exc))
+        if not verified and not self._warned_unverified:
+            self._warned_unverified = True
+            log.warning("hosted reply cache %s: entries without a content digest (written by an older presdep) "
+                        "are used after their shape and request checks, unverified", scrub(self.root))
         problem = _shape_problem(entry)
         if problem:
             return self._aside(p, problem)
@@ -78,7 +85,7 @@ class ReplyCache:
         return entry
 
     def put(self, key: str, entry: Mapping[str, Any]) -> None:
-        write_text_atomic(self.path(key), json.dumps(entry, sort_keys=True))
+        write_json_artifact(self.path(key), entry)
 
     def _aside(self, p: Path, why: str) -> None:
         with self._lock:
@@ -93,7 +100,7 @@ class ReplyCache:
             except FileNotFoundError:  # another thread set it aside first
                 return None
             self.set_aside.append(str(target))
-        log.warning("hosted reply cache entry %s %s: renamed to %s, the request is asked again",
+        log.warning("hosted reply cache entry %s: %s: renamed to %s, the request is asked again",
                     scrub(p), why, target.name)
         return None
 

@@ -8,7 +8,8 @@ Layout of one run (``out_dir`` = ``results/models/<student>/seed<seed>/``)::
     adapter/                             the final adapter
     train_log.parquet                    step, loss terms, lr, tokens, held-out nDCG@10 and score spread (eval steps)
     heldout.parquet                      step, query_id, ndcg10 (per query, at eval steps)
-    done.json                            settings, view seeds, held-out figures, checkpoints; written last
+    done.json                            settings, view seeds, held-out figures, checkpoints; written last,
+                                         with a digest (presdep.contracts.json_artifacts)
 
 Everything a step does derives from (seed, step): the item order of an epoch
 is a stable shuffle, the views are stable shuffles of the seed's view seeds, dropout draws from the torch
@@ -40,8 +41,9 @@ from tqdm.auto import tqdm
 from presdep import __version__
 from presdep.config.records import STUDENT_KEYS, Protocol, TrainingSettings, thaw
 from presdep.contracts.errors import InvalidInput
+from presdep.contracts.json_artifacts import write_json_artifact
 from presdep.contracts.presentations import chunk_positions, stable_seed
-from presdep.contracts.schemas import atomic_write, read_metadata, read_table, write_dir_atomic, write_text_atomic
+from presdep.contracts.schemas import atomic_write, read_metadata, read_table, write_dir_atomic
 from presdep.metrics.quality import ndcg_runs, qrels_to_dict
 from presdep.runtime.models import load_model
 from presdep.runtime.resume import resume_dir
@@ -313,7 +315,8 @@ def _write_outputs(run: TrainState, base_model: Any, wall: float, provenance: Ma
     write_dir_atomic(run.out_dir / "adapter", lambda tmp: save_adapter(run.model, tmp))
     _write_logs(run)
     done = _done_record(run, base_model, wall, provenance)
-    write_text_atomic(run.out_dir / "done.json", json.dumps(done, indent=1, sort_keys=True, default=str) + "\n")
+    # With its digest: select_lambda verifies it (presdep.contracts.json_artifacts).
+    write_json_artifact(run.out_dir / "done.json", done, default=str)
     return done
 
 

@@ -28,7 +28,6 @@ student's held-out scores (``done.json``, ``heldout_score_std``). Rules:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -39,8 +38,8 @@ import numpy as np
 import polars as pl
 
 from presdep import __version__
-from presdep.contracts.errors import InvalidInput, PresdepError
-from presdep.contracts.schemas import write_text_atomic
+from presdep.contracts.errors import InvalidInput, PresdepError, cut
+from presdep.contracts.json_artifacts import read_json_artifact, write_json_artifact
 
 RULES = ("checkpoint", "one_se", "seed_mean", "fixed")
 MIN_QUALITY = 0.40  # a best held-out nDCG@10 below this is flagged
@@ -87,11 +86,24 @@ def read_run(run_dir: str | os.PathLike) -> RunEvals:
         per_query.setdefault(int(step), {})[str(q)] = float(v)
     if not per_query:
         raise InvalidInput(f"{path}: no held-out evaluations recorded")
-    std = {int(k): float(v) for k, v in json.loads(done_path.read_text()).get("heldout_score_std", {}).items()}
+    std = _score_spread(done_path, read_json_artifact(done_path, "training run record"))
     lacking = sorted(set(per_query) - set(std))
     if lacking:
         raise InvalidInput(f"{done_path}: no held-out score spread (heldout_score_std) for steps {lacking}")
     return RunEvals(d, per_query, std)
+
+
+def _score_spread(done_path: Path, done: Mapping[str, Any]) -> dict[int, float]:
+    """``heldout_score_std`` of a run record: step -> spread (a file lacking it records none)."""
+    raw = done.get("heldout_score_std", {})
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{done_path}: heldout_score_std must map steps to numbers, got {cut(raw)}")
+    std = {}
+    for k, v in raw.items():
+        if not k.isdigit() or isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidInput(f"{done_path}: heldout_score_std entry {cut(k)}: {cut(v)} is not step -> number")
+        std[int(k)] = float(v)
+    return std
 
 
 def best_checkpoint(run: RunEvals, from_step: int = 0) -> tuple[int, float] | None:
@@ -241,7 +253,7 @@ def select_lambda_files(*, runs: Sequence[Mapping[str, Any]], out_path: str | os
     rec = select_lambda(runs, rule=rule, converged_step=converged_step, collapse_floor=collapse_floor,
                         fixed_lambda=fixed_lambda, task=task)
     rec["params"] = dict(params or {})
-    write_text_atomic(out_path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    write_json_artifact(out_path, rec)  # with its digest: scoring verifies it (presdep.contracts.selection)
     return rec
 
 

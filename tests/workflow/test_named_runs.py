@@ -114,3 +114,16 @@ def test_two_named_runs_in_one_checkout_keep_both_tables(tmp_path):
     # Running b left a complete and up to date.
     again = snakemake(work, "-n", "--cores", "2", "--configfile", "a.yaml")
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_named_config_asked_for_an_unnamed_path_says_where_its_table_is(tmp_path):
+    work = scratch_workflow(tmp_path)
+    (work / "tiny.yaml").write_text(TINY.format(name="beta", label="First stage"))
+    out = snakemake(work, "results/table1.csv", "-n", "--cores", "1", "--configfile", "tiny.yaml", check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "No rule to produce" not in text
+    assert ("this config is named 'beta': its results are under results/beta/, so ask for results/beta/table1.csv "
+            "instead of results/table1.csv") in text
+    # Its own table plans as usual (the guard matches only an unnamed run's paths).
+    ok = snakemake(work, "results/beta/table1.csv", "-n", "--cores", "1", "--configfile", "tiny.yaml")
+    assert planned_jobs(ok.stdout + ok.stderr)["table1"] == 1

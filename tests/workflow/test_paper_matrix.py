@@ -17,6 +17,8 @@ import pytest
 import yaml
 from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
+from presdep.config.catalogue import fetch_key
+
 PAPER = "configs/paper.yaml"
 # METHODS.md "Populations": 18 reranking, 3 QA, 5 response-ranking collections.
 RERANK = {"dl19", "dl20", "dl21", "dl22", "dl23", "touche2020", "fiqa", "nfcorpus", "arguana", "climate-fever",
@@ -240,7 +242,8 @@ def local_copies_dry_run(tmp_path_factory):
             datasets[cid] = {"from_catalogue": True, "local_path": {k: str(f) for k, f in files.items()}}
     (work / "local.yaml").write_text(yaml.safe_dump({"datasets": datasets,
                                                      "variants": {"first_stage": {"scorer": "identity"}}}))
-    targets = [f"resources/datasets/{cid}/manifest.json" for cid in datasets]
+    # A local copy's fetch writes into its source-keyed folder, resources/datasets/<id>/local-<digest>/.
+    targets = [f"resources/datasets/{fetch_key(cid, d['local_path'])}/manifest.json" for cid, d in datasets.items()]
     out = snakemake(work, "-n", "--configfile", "local.yaml", "--", *targets, timeout=300)
     return datasets, out.stdout + out.stderr
 
@@ -254,7 +257,7 @@ def _fetched(text: str) -> set[str]:
             rule = m.group(1)
         m = re.match(r"^\s+output: (.+)$", line)
         if m and rule and rule.startswith("fetch"):
-            ids |= set(re.findall(r"resources/datasets/([^/,]+)/manifest\.json", m.group(1)))
+            ids |= set(re.findall(r"resources/datasets/([^/,]+)(?:/local-[0-9a-f]{12})?/manifest\.json", m.group(1)))
     return ids
 
 

@@ -97,7 +97,10 @@ def rehearsal(tmp_path_factory):
 
 
 def _manifests(work: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in (work / "resources" / "datasets").glob("*/manifest.json")}
+    root = work / "resources" / "datasets"
+    found = {p.parent.name: p for p in root.glob("*/manifest.json")}
+    found.update({p.parent.parent.name: p for p in root.glob("*/local-*/manifest.json")})  # local copies: keyed by source
+    return {cid: json.loads(p.read_text()) for cid, p in found.items()}
 
 
 FETCH_RULES = ("fetch_dataset", "fetch_dataset_qa", "fetch_dataset_beir", "fetch_model", "fetch_training_pool",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
@@ -14,6 +13,8 @@ from typing import Any
 from presdep import __version__
 from presdep.contracts.errors import InputFormatError, PresdepError
 from presdep.contracts.schemas import write_text_atomic
+from presdep.data.duplicates import DuplicateTexts
+from presdep.data.responses import blind_key
 from presdep.data.text_input import json_list, json_records
 from presdep.runtime.hashing import sha256_file
 
@@ -49,17 +50,26 @@ def verify_sha256(path: str | Path, expected: str | None) -> str:
 
 
 def label_blind_id(group: str, index: int) -> str:
-    """A response id that says nothing about its label: 12 hex digits of sha256(group, index).
+    """A response id that says nothing about its label: 12 hex digits of sha256(group, index),
+    i.e. of :func:`presdep.data.responses.blind_key` with the response's position as its key.
 
     Sources list preferred responses first; ordering by this id instead keeps the
     first-stage order (and so the identity scorer and chunk membership) label-blind.
     """
-    return hashlib.sha256(f"{group}\0{index}".encode()).hexdigest()[:12]
+    return blind_key(group, str(index))[:12]
 
 
 @dataclass
 class Manifest:
-    """What a fetch read and wrote: enough to audit or repeat it."""
+    """What a fetch read and wrote: enough to audit or repeat it.
+
+    ``files``: one entry per original file read (its name for a download, its path for a
+    local copy), each with its own ``sha256`` and ``url``: the address it was downloaded
+    from, or for a local copy the published address of the file it is byte-identical to
+    (None when it matches no file the catalogue pins). ``sha256`` keeps the plain
+    name -> digest map. ``folder``: the source-keyed subfolder of a local copy (None: the
+    catalogue's own source, in ``resources/datasets/<id>/`` itself).
+    """
 
     catalogue_id: str
     source: dict
@@ -67,11 +77,19 @@ class Manifest:
     sha256: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    files: dict = field(default_factory=dict)
+    folder: str | None = None
 
     def write(self, path: str | Path) -> Path:
         body = {"catalogue_id": self.catalogue_id, "presdep_version": __version__, "source": self.source,
-                "version": self.version, "sha256": self.sha256, "rows": self.rows, "notes": self.notes}
+                "version": self.version, "sha256": self.sha256, "files": self.files, "folder": self.folder,
+                "rows": self.rows, "notes": self.notes}
         return write_text_atomic(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def per_set(counts: Sequence[int]) -> dict[str, int]:
+    """``{"min", "max"}`` of the items per query (candidates, paragraphs), for the manifest."""
+    return {"min": min(counts), "max": max(counts)}
 
 
 # --------------------------------------------------------------------------- ranked lists
@@ -92,17 +110,21 @@ def write_ranked(queries: Sequence[RankedQuery], candidates: str | Path, qrels: 
     if not queries:
         raise FetchError(f"{candidates}: nothing to write (no query survived conversion)")
     entries, lines, seen = [], [], set()
+    duplicates = DuplicateTexts("candidate")
     for q in queries:
         if q.query_id in seen:
             raise FetchError(f"{candidates}: query id {q.query_id!r} appears twice")
         seen.add(q.query_id)
+        duplicates.add(q.query_id, [text for _, text, _ in q.docs])
         entries.append({"query": q.query, "hits": [
             {"content": text, "qid": q.query_id, "docid": did, "rank": r, "score": float(score)}
             for r, (did, text, score) in enumerate(q.docs, start=1)]})
         lines += [f"{q.query_id} 0 {did} {int(g)}" for did, g in q.grades.items()]
     write_text_atomic(candidates, json.dumps(entries, ensure_ascii=False) + "\n")
     write_text_atomic(qrels, "\n".join(lines) + ("\n" if lines else ""))
-    return {"queries": len(entries), "candidates": sum(len(q.docs) for q in queries), "judgements": len(lines)}
+    duplicates.warn(candidates)
+    return {"queries": len(entries), "candidates": sum(len(q.docs) for q in queries), "judgements": len(lines),
+            "candidates_per_query": per_set([len(q.docs) for q in queries]), "duplicate_texts": duplicates.as_dict()}
 
 
 # --------------------------------------------------------------------------- QA records
@@ -120,8 +142,9 @@ class QARecord:
 
 def select_paragraphs(rec: QARecord, paragraphs: int, supporting: int) -> QARecord | None:
     """The paper's geometry: exactly ``supporting`` supporting paragraphs plus the first
-    non-supporting ones in the given order, ``paragraphs`` in all, original order kept.
-    None when the question has another number of supporting paragraphs."""
+    non-supporting ones in the given order, AT MOST ``paragraphs`` in all (a question with
+    fewer keeps every one it has), original order kept. None when the question has another
+    number of supporting paragraphs."""
     sup = [i for i, p in enumerate(rec.paragraphs) if p[2]]
     if len(sup) != supporting:
         return None
@@ -135,7 +158,10 @@ def write_ircot(records: Sequence[QARecord], path: str | Path) -> dict[str, int]
     if not records:
         raise FetchError(f"{path}: nothing to write (no question survived conversion)")
     lines = []
+    duplicates = DuplicateTexts("paragraph")
     for r in records:
+        # As the QA reader shows a paragraph ("title: text"), so its count agrees with the fixture's.
+        duplicates.add(r.qid, [f"{t.strip()}: {x.strip()}" if t.strip() else x.strip() for t, x, _ in r.paragraphs])
         lines.append(json.dumps({
             "question_id": r.qid,
             "question_text": r.question,
@@ -144,7 +170,10 @@ def write_ircot(records: Sequence[QARecord], path: str | Path) -> dict[str, int]
                          for j, (t, x, s) in enumerate(r.paragraphs)],
         }, ensure_ascii=False))
     write_text_atomic(path, "\n".join(lines) + "\n")
-    return {"questions": len(records), "paragraphs": sum(len(r.paragraphs) for r in records)}
+    duplicates.warn(path)
+    return {"questions": len(records), "paragraphs": sum(len(r.paragraphs) for r in records),
+            "paragraphs_per_question": per_set([len(r.paragraphs) for r in records]),
+            "duplicate_texts": duplicates.as_dict()}
 
 
 # --------------------------------------------------------------------------- reading originals

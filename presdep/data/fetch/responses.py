@@ -20,8 +20,9 @@ Formats, as published (Hugging Face rows, read from Parquet/JSONL data files):
   number of thresholds (4, 6, 8) at or below ``overall_score``. The prompt id is the sha256
   of the instruction (the rows carry none).
 
-Every response gets a label-blind id and the first-stage order is ascending id (Nectar: the
-paper's seeded shuffle), so the given order (preferred first) never reaches the scorer.
+Every response gets a label-blind id and the first-stage order is ascending id, the order of
+:func:`presdep.data.responses.label_blind_order` with the response's position as its key
+(Nectar: the paper's seeded shuffle), so the given order (preferred first) never reaches the scorer.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ from pathlib import Path
 
 from presdep.contracts.errors import InputFormatError
 from presdep.data.fetch.common import RankedQuery, label_blind_id, need, read_rows
-from presdep.data.responses import read_responses
+from presdep.data.responses import label_blind_order, read_responses
 
 log = logging.getLogger(__name__)
 
 
 def _blind(qid: str, prompt: str, texts: Sequence[str], grades: Sequence[int]) -> RankedQuery:
     ids = [label_blind_id(qid, i) for i in range(len(texts))]
-    order = sorted(range(len(texts)), key=lambda i: ids[i])
+    order = label_blind_order(qid, [str(i) for i in range(len(texts))])  # = ascending id
     n = len(order)
     return RankedQuery(qid, prompt, [(ids[i], texts[i], float(n - r)) for r, i in enumerate(order)],
                        {ids[i]: int(grades[i]) for i in order})

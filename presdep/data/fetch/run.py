@@ -60,6 +60,9 @@ def _original(entry: Mapping[str, Any], local: Mapping[str, Any] | None, downloa
 
 
 def qa_records(entry: Mapping[str, Any], local: Mapping[str, Any] | None, download_dir: Path) -> tuple[list[QARecord], dict, dict]:
+    """The selected questions, the version read, and counts: read, dropped (another number of
+    supporting paragraphs) and, with a selection, the questions kept with fewer paragraphs than
+    its cap (they keep all they have: the count says how far the set is from the cap)."""
     path, version = _original(entry, local, download_dir)
     fmt = detect_qa_format(path) if local else entry["source"]["converter"]
     sel = entry.get("selection") or {}
@@ -74,7 +77,10 @@ def qa_records(entry: Mapping[str, Any], local: Mapping[str, Any] | None, downlo
         kept.append(rec)
         if sel.get("questions") and len(kept) == int(sel["questions"]):
             break
-    return kept, {**version, "format": fmt}, {"read": seen, "dropped_other_geometry": dropped}
+    counts = {"read": seen, "dropped_other_geometry": dropped}
+    if sel:
+        counts["fewer_paragraphs"] = sum(len(r.paragraphs) < int(sel["paragraphs"]) for r in kept)
+    return kept, {**version, "format": fmt}, counts
 
 
 def ranked_queries(entry: Mapping[str, Any], local: Mapping[str, Any] | None, download_dir: Path) -> tuple[list[RankedQuery], dict]:
@@ -134,16 +140,31 @@ def _sampled_ids(ids: list, sampling: Mapping[str, Any]) -> list:
 
 def fetch(catalogue_id: str, entry: Mapping[str, Any], out_dir: str | Path, *, layout: str,
           local: Mapping[str, Any] | None = None, download_dir: str | Path = "resources/downloads") -> Manifest:
-    """Write the entry's files under ``out_dir`` (layout ranked | qa | beir | pool_ranked | pool_qa) and its manifest."""
+    """Write the entry's files under ``out_dir`` (layout ranked | qa | beir | pool_ranked | pool_qa) and its manifest.
+
+    ``catalogue_id``: the id, or the fetch rules' folder key ``<id>/<local-digest>`` of a local
+    copy (presdep.config.catalogue.fetch_key); the manifest records the two apart."""
+    cid, _, folder = str(catalogue_id).partition("/")
     try:
-        return _fetch(catalogue_id, entry, Path(out_dir), layout=layout, local=local, download_dir=Path(download_dir))
+        return _fetch(cid, entry, Path(out_dir), layout=layout, local=local, download_dir=Path(download_dir),
+                      folder=folder or None)
     except FetchError as exc:  # the job's log names the dataset, not only a download path
-        raise FetchError(f"{catalogue_id}: {exc}") from exc
+        raise FetchError(f"{cid}: {exc}") from exc
+
+
+# Source keys that describe a download: a local copy's manifest leaves them out (nothing was
+# downloaded, and the catalogue's URL is not the address of whatever file was given).
+_DOWNLOAD_KEYS = ("url", "sha256", "filename", "member")
+
+
+def _manifest_source(source: Mapping[str, Any], local: Mapping[str, Any] | None) -> dict:
+    drop = ("published_files", *(_DOWNLOAD_KEYS if local else ()))
+    return {k: v for k, v in source.items() if k not in drop}
 
 
 def _fetch(catalogue_id: str, entry: Mapping[str, Any], out_dir: Path, *, layout: str,
-           local: Mapping[str, Any] | None, download_dir: Path) -> Manifest:
-    manifest = Manifest(catalogue_id, source=dict(entry["source"]))
+           local: Mapping[str, Any] | None, download_dir: Path, folder: str | None = None) -> Manifest:
+    manifest = Manifest(catalogue_id, source=_manifest_source(entry["source"], local), folder=folder)
     if layout == "beir":
         if not local or "beir" not in local:
             raise FetchError(f"{catalogue_id}: the beir layout needs local_path: {{beir: <folder>}}")
@@ -162,6 +183,7 @@ def _fetch(catalogue_id: str, entry: Mapping[str, Any], out_dir: Path, *, layout
         manifest.rows = _fetch_pool(entry, local, out_dir, download_dir, manifest)
     else:
         raise InvalidInput(f"unknown layout {layout!r}")
+    manifest.files = sources.file_entries(entry["source"], manifest.sha256, manifest.version, local, manifest.notes)
     manifest.write(out_dir / "manifest.json")
     return manifest
 

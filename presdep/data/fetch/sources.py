@@ -1,5 +1,10 @@
 """Getting the original files: Hugging Face ``datasets`` at a pinned revision, or a release URL
-with a pinned sha256 (zip members extracted). Local copies skip both and are verified instead."""
+with a pinned sha256 (zip members extracted). Local copies skip both and are verified instead.
+
+A source may list ``published_files: {<file name>: {url, sha256}}``, the release's files a local
+copy may be (RM-Bench publishes one JSON file per subset). :func:`file_entries` gives each file a
+fetch read its own URL and checksum in the manifest: a download's URL, or for a local copy the
+published file it is byte-identical to."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 import shutil
 import urllib.request
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableSequence
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +75,42 @@ def extract_member(path: Path, member: str | None, download_dir: str | Path) -> 
         out = Path(download_dir) / Path(member).name
         atomic_write(out, lambda tmp: tmp.write_bytes(zf.read(names[0])))
         return out
+
+
+def published_files(source: Mapping[str, Any]) -> dict[str, dict]:
+    """File name -> {url, sha256 (None: not pinned)}: the source's ``published_files`` and its own download."""
+    out = {str(name): {"url": f.get("url"), "sha256": f.get("sha256")}
+           for name, f in (source.get("published_files") or {}).items()}
+    if source.get("url"):
+        name = source.get("filename") or Path(str(source["url"]).split("?")[0]).name
+        out.setdefault(name, {"url": source["url"], "sha256": source.get("sha256")})
+    return out
+
+
+def file_entries(source: Mapping[str, Any], sha256: Mapping[str, str], version: Mapping[str, Any],
+                 local: Mapping[str, Any] | None, notes: MutableSequence[str]) -> dict[str, dict]:
+    """Every checksummed file of a fetch with its own URL (see the module docstring); a local copy
+    named like a published file but not byte-identical to it gets no URL, a note and a warning."""
+    if not local:
+        # A url download read one file (its URL is the version's); the hub's and Anserini's files
+        # have no URL of their own here (version records the revision and endpoint).
+        return {name: {"sha256": digest, "url": version.get("url")} for name, digest in sha256.items()}
+    published = published_files(source)
+    by_digest = {f["sha256"]: (name, f) for name, f in published.items() if f["sha256"]}
+    out = {}
+    for path, digest in sha256.items():
+        url = None
+        if digest in by_digest:
+            url = by_digest[digest][1]["url"]
+        elif Path(path).name in published:
+            name, f = Path(path).name, published[Path(path).name]
+            if f["sha256"] is None:
+                url = f["url"]
+                notes.append(f"{path}: named like the published {name}, whose sha256 is not pinned; "
+                             "its URL is recorded unverified")
+            else:
+                notes.append(f"{path}: not the published {name} (sha256 {digest}, published {f['sha256']}); no URL recorded")
+                log.warning("%s: named like the published %s but its sha256 %s differs from the published %s; "
+                            "converted as given, with no URL in the manifest", path, name, digest, f["sha256"])
+        out[path] = {"sha256": digest, "url": url}
+    return out

@@ -102,3 +102,60 @@ def test_run_without_the_key_variable_is_a_clear_setup_error(tmp_path, capsys, m
     assert main(argv) == 2
     assert "'PRESDEP_BENCH_UNSET_KEY' is not set" in capsys.readouterr().err
     assert not list((tmp_path / "r").glob("*.json"))
+
+
+def test_a_rerun_refuses_to_overwrite_an_earlier_report(tmp_path, capsys, small):
+    path, _ = small
+    out = tmp_path / "r"
+    argv = ["bench", "run", "--provider", "mock", "--seed", "4", "--tasks", str(path), "--out", str(out)]
+    assert main(argv) == 0
+    first = out / "mock-s4-run0.json"
+    before = first.read_bytes()
+    first.write_bytes(before.replace(b'"metric": "accuracy"', b'"metric": "kept"'))  # tell a rewrite apart
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(first) in err and "--overwrite" in err and "--out" in err, err
+    assert b'"kept"' in first.read_bytes()  # untouched
+    # With repeats, an existing later run is found before any run is made: nothing new is written.
+    assert main([*argv, "--run", "1", "--repeats", "2"]) == 0
+    (out / "mock-s4-run1.json").unlink()
+    assert main([*argv, "--run", "1", "--repeats", "2"]) == 2
+    assert not (out / "mock-s4-run1.json").exists() and str(out / "mock-s4-run2.json") in capsys.readouterr().err
+    # --overwrite replaces the report, as asked.
+    assert main([*argv, "--overwrite"]) == 0
+    assert first.read_bytes() == before
+
+
+def test_core_run_refuses_an_existing_report_unless_told(tmp_path):
+    from presdep.bench.runner import ReportExists
+
+    tasks = core.load_split()[:5]
+    path = core.run("mock", tasks, out=tmp_path, seed=2)["path"]
+    with pytest.raises(ReportExists, match="already exists") as err:
+        core.run("mock", tasks, out=tmp_path, seed=2)
+    assert err.value.path == path and isinstance(err.value, FileExistsError)
+    assert core.run("mock", tasks, out=tmp_path, seed=2, overwrite=True)["path"] == path
+    # A file name given as --out is guarded the same way.
+    target = tmp_path / "mine.json"
+    core.run("mock", tasks, out=target, seed=3)
+    with pytest.raises(ReportExists):
+        core.run("mock", tasks, out=target, seed=3)
+
+
+def test_serve_and_mcp_options_reach_the_servers(monkeypatch):
+    import presdep.bench.cli as bench_cli
+
+    seen = {}
+    monkeypatch.setattr(bench_cli, "serve", lambda port, **kw: seen.update(serve=(port, kw)))
+    monkeypatch.setattr(bench_cli, "serve_stdio", lambda tasks, **kw: seen.update(mcp=kw))
+    assert main(["bench", "serve", "8000", "--read-timeout", "2.5", "--max-stability-cost", "9"]) == 0
+    assert seen["serve"][0] == 8000 and seen["serve"][1]["read_timeout_s"] == 2.5
+    assert seen["serve"][1]["max_stability_cost"] == 9
+    for command in (["bench", "mcp"], ["mcp"]):
+        seen.pop("mcp", None)
+        assert main([*command, "--max-stability-cost", "1234", "--max-concurrent-stability", "3"]) == 0
+        assert seen["mcp"] == {"max_stability_cost": 1234, "max_concurrent_stability": 3}, command
+    seen.pop("mcp")
+    assert main(["mcp"]) == 0
+    assert seen["mcp"]["max_stability_cost"] == bench_cli.DEFAULT_MAX_STABILITY_COST

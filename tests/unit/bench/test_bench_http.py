@@ -17,43 +17,18 @@ import urllib.error
 import urllib.request
 
 import pytest
+from bench_server import UvicornServer
+from bench_server import free_port as _free_port
 from pydantic import ValidationError
 
 from presdep.bench import core, http_api
-from presdep.bench.http_api import create_app
 from presdep.report.bootstrap import DEFAULT_RESAMPLES
 
 TOKEN = "bench-token-123"
 LIMIT = 200_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, **kw):
-        import uvicorn
-
-        self.port = _free_port()
-        cfg = uvicorn.Config(create_app(**kw), host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        for _ in range(200):
-            if self.server.started:
-                return self
-            time.sleep(0.05)
-        raise RuntimeError("uvicorn did not start")
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
+class Server(UvicornServer):
     def call(self, method: str, path: str, body=None, token: str | None = None, raw: bytes | None = None):
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method)

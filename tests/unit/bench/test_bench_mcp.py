@@ -118,12 +118,12 @@ def test_a_huge_id_gives_a_short_error_naming_tool_field_and_length():
         call_tool(make_handlers(), "get_task", {"id": "x" * HUGE})
     msg = str(err.value)
     assert len(msg) <= MESSAGE_LIMIT
-    assert msg.startswith("get_task: invalid id: 'xxx") and f"({HUGE} characters)" in msg and "too long" in msg
+    assert msg.startswith("get_task: invalid id: 'xxx") and f"({HUGE:,} characters)" in msg and "too long" in msg
 
     # An unknown tool's name is shortened the same way.
     with pytest.raises(ToolError) as err:
         call_tool(make_handlers(), "t" * HUGE, {})
-    assert len(str(err.value)) <= MESSAGE_LIMIT and f"({HUGE} characters)" in str(err.value)
+    assert len(str(err.value)) <= MESSAGE_LIMIT and f"({HUGE:,} characters)" in str(err.value)
 
 
 def test_every_tool_error_message_is_capped_with_a_marker():
@@ -154,7 +154,7 @@ def test_a_huge_id_through_a_real_session():
     result = anyio.run(_session_run, drive)
     text = result.content[0].text
     assert result.is_error and len(text) <= MESSAGE_LIMIT
-    assert text.startswith("get_task: invalid id:") and f"({HUGE} characters)" in text
+    assert text.startswith("get_task: invalid id:") and f"({HUGE:,} characters)" in text
 
 
 # --- malformed JSON-RPC lines get JSON-RPC error replies ----------------------------------------
@@ -163,13 +163,13 @@ def test_a_huge_id_through_a_real_session():
 class _RawServer:
     """`presdep mcp` as a subprocess spoken to line by line; every read has a timeout."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, extra=()):
         import queue
         import subprocess
         import threading
 
         self._stderr = open(tmp_path / "stderr.txt", "w+b")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-m", "presdep.cli", "mcp"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "presdep.cli", "mcp", *extra], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._stderr)
         self.lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()
@@ -283,3 +283,131 @@ def test_score_stability_takes_failed_tasks_and_refuses_an_incomplete_run():
                                                 "resamples": 20})
     with pytest.raises(ToolError, match="invalid reports/0/tasks/0/score"):
         call_tool(handlers, "score_stability", {"reports": [{"model": "a", "tasks": [{"id": "x", "score": 2}]}]})
+
+
+# --- ids JSON-RPC forbids, non-finite numbers, the stability cost ------------------------------------
+
+
+def _handshake(srv, rid=1):
+    srv.send(_initialize(rid))
+    assert srv.reply()["id"] == rid
+    srv.send('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+
+
+def test_a_request_with_an_id_that_is_no_string_or_integer_gets_invalid_request(tmp_path):
+    srv = _RawServer(tmp_path)
+    try:
+        _handshake(srv)
+        for rid in ('{"a": 1}', "[1]", "true", "null", "1.5"):
+            srv.send('{"jsonrpc": "2.0", "id": %s, "method": "tools/list"}\n' % rid)
+            reply = srv.reply(timeout=10)
+            _assert_error(reply, -32600, None)
+            assert "id" in reply["error"]["data"]["detail"], reply
+        # The same request with a valid id is answered.
+        srv.send('{"jsonrpc": "2.0", "id": "ok", "method": "tools/list"}\n')
+        assert srv.reply()["id"] == "ok"
+    finally:
+        assert srv.close() == 0
+
+
+def test_invalid_id_reply_unit():
+    from presdep.bench.mcp_wire import invalid_id_reply
+
+    assert invalid_id_reply('{"jsonrpc": "2.0", "id": 3, "method": "ping"}') is None
+    assert invalid_id_reply('{"jsonrpc": "2.0", "id": "x", "method": "ping"}') is None
+    assert invalid_id_reply('{"jsonrpc": "2.0", "method": "notifications/initialized"}') is None
+    assert invalid_id_reply("not json") is None  # the transport's own parse error answers it
+    r = invalid_id_reply('{"jsonrpc": "2.0", "id": {"k": "' + "v" * 10_000 + '"}, "method": "ping"}')
+    assert (r.id, r.error.code, r.error.message) == (None, -32600, "Invalid Request")
+    assert "an object" in r.error.data["detail"] and "v" * 100 not in r.error.data["detail"]
+
+
+def tempfile_prefix():
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+def _two_reports(score):
+    ids = [f"q{i}-v1" for i in range(6)]
+    a = {"model": "a", "tasks": [{"id": i, "score": 1} for i in ids]}
+    b = {"model": "b", "tasks": [{"id": i, "score": 0} for i in ids]}
+    b["tasks"][3]["score"] = score
+    return [a, b]
+
+
+@pytest.mark.parametrize("number, shown", [(float("nan"), "NaN"), (float("inf"), "Infinity"),
+                                           (float("-inf"), "-Infinity")])
+def test_a_non_finite_score_is_named_by_its_place_not_by_a_server_file(number, shown):
+    from presdep.bench.mcp_server import ToolError, call_tool, make_handlers
+
+    with pytest.raises(ToolError) as err:
+        call_tool(make_handlers(), "score_stability", {"reports": _two_reports(number), "resamples": 10})
+    msg = str(err.value)
+    assert msg.startswith("score_stability: invalid reports/1/tasks/3/score: ") and shown in msg, msg
+    assert "/tmp" not in msg and ".json" not in msg and tempfile_prefix() not in msg, msg
+
+
+def test_analysis_errors_name_reports_by_place():
+    from presdep.bench.mcp_server import ToolError, call_tool, make_handlers
+
+    a, _ = _two_reports(0)
+    with pytest.raises(ToolError) as err:  # one model, the same seed twice: a clash between two files
+        call_tool(make_handlers(), "score_stability", {"reports": [{**a, "seed": 0}, {**a, "seed": 0}]})
+    msg = str(err.value)
+    assert "seed 0 appears in both reports[0] and reports[1]" in msg, msg
+    assert tempfile_prefix() not in msg and "presdep-" not in msg, msg
+
+
+def test_a_nan_line_through_the_real_server_gets_a_plain_tool_error(tmp_path):
+    srv = _RawServer(tmp_path)
+    try:
+        _handshake(srv)
+        reports = json.dumps(_two_reports(0.5)).replace("0.5", "NaN")
+        srv.send('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "score_stability", '
+                 '"arguments": {"reports": %s, "resamples": 10}}}\n' % reports)
+        reply = srv.reply()
+        text = reply["result"]["content"][0]["text"]
+        assert reply["result"]["isError"] is True and "reports/1/tasks/3/score" in text and "NaN" in text, reply
+        assert tempfile_prefix() not in text, text
+    finally:
+        srv.close()
+
+
+def test_score_stability_is_bounded_like_the_http_route():
+    from presdep.bench import http_api, mcp_server
+    from presdep.bench.mcp_server import ToolError, call_tool, make_handlers
+
+    tasks = core.load_split()
+    reports = [{k: rep[k] for k in ("model", "seed", "tasks")}
+               for rep in (core.run("mock", tasks, seed=1, run=r)["report"] for r in (0, 1))]  # 600 task rows
+    assert mcp_server.DEFAULT_MAX_STABILITY_COST == http_api.DEFAULT_MAX_STABILITY_COST
+    handlers = make_handlers(max_stability_cost=500_000)
+    with pytest.raises(ToolError) as err:
+        call_tool(handlers, "score_stability", {"reports": reports, "resamples": 1000})
+    msg = str(err.value)
+    for part in ("600000", "500000", "resamples 1000", "600 task rows", "lower 'resamples'"):
+        assert part in msg, (part, msg)
+    # The HTTP route says the same of the same request: one computation, one message.
+    from fastapi.testclient import TestClient
+
+    client = TestClient(http_api.create_app(max_stability_cost=500_000))
+    r = client.post("/v1/stability", json={"reports": reports, "resamples": 1000})
+    assert r.status_code == 413 and msg == f"score_stability: {r.json()['detail']}"
+    with pytest.raises(ToolError, match=str(600 * 2000)):  # no resamples: the default 2000
+        call_tool(handlers, "score_stability", {"reports": reports})
+    out = call_tool(handlers, "score_stability", {"reports": reports, "resamples": 800, "seed": 1})
+    assert out["resamples"] == 800
+
+
+def test_the_mcp_command_line_sets_the_cost_limit(tmp_path):
+    srv = _RawServer(tmp_path, extra=["--max-stability-cost", "100"])
+    try:
+        _handshake(srv)
+        reports = json.dumps(_two_reports(0))  # 12 task rows x 10 resamples = 120 > 100
+        srv.send('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "score_stability", '
+                 '"arguments": {"reports": %s, "resamples": 10}}}\n' % reports)
+        reply = srv.reply()
+        assert reply["result"]["isError"] is True and "over the limit of 100" in reply["result"]["content"][0]["text"]
+    finally:
+        srv.close()

@@ -29,8 +29,29 @@ def test_qrels_for_unknown_queries_are_skipped_and_logged(tmp_path, caplog):
     qrels.write_text("1 0 a 1\n99 0 z 1\n")
     cfg = {"task": "rerank", "candidates": {"format": "rank_llm_json", "path": str(cands)}, "qrels": {"format": "trec", "path": str(qrels)}}
     build_fixture(fixture_dataset("tiny", cfg, seed=4401), tmp_path / "c.parquet", tmp_path / "q.parquet")
-    assert "1 judgement(s) for 1 query id(s) without candidates are ignored" in caplog.text
+    assert f"1 judgement(s) for 1 query id(s) that have no candidates in {cands} are ignored" in caplog.text
     assert read_table(tmp_path / "q.parquet", "qrels")["query_id"].to_list() == ["1"]
+
+
+def test_max_queries_sets_judgements_aside_without_blaming_the_files(tmp_path, caplog):
+    """Judgements of queries the sample left out are the config's choice: said as such, no warning."""
+    import logging
+
+    hits = lambda q: [{"content": "x", "qid": q, "docid": "a", "rank": 1, "score": 1.0}]  # noqa: E731
+    cands = tmp_path / "c.json"
+    cands.write_text(__import__("json").dumps([{"query": f"q{q}", "hits": hits(str(q))} for q in range(6)]))
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("".join(f"{q} 0 a 1\n" for q in range(6)) + "99 0 z 1\n")
+    cfg = {"task": "rerank", "max_queries": 2, "candidates": {"format": "rank_llm_json", "path": str(cands)},
+           "qrels": {"format": "trec", "path": str(qrels)}}
+    with caplog.at_level(logging.INFO):
+        build_fixture(fixture_dataset("tiny", cfg, seed=4401), tmp_path / "c.parquet", tmp_path / "q.parquet")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"{qrels}: 1 judgement(s) for 1 query id(s) that have no candidates in {cands} are ignored (e.g. 99)"]
+    assert any("4 judgement(s) of the 4 quer(ies) outside this run's sample" in r.getMessage() for r in caplog.records)
+    meta = read_metadata(tmp_path / "q.parquet")
+    assert meta["ignored_qrels"] == 5 and meta["unsampled_qrels"] == 4
+    assert read_table(tmp_path / "q.parquet", "qrels").height == 2
 
 
 def test_no_matching_qrels_is_an_error_and_writes_nothing(tmp_path):
@@ -152,3 +173,17 @@ def test_k_input_on_a_self_judged_file_and_short_queries_are_said(shared_data, t
     depth = read_metadata(tmp_path / "c2.parquet")["depth"]
     # The cut comes before the query sample: all 200 questions of the file are short of 1000 paragraphs.
     assert depth["queries_short"] == 200 and "200 of 200 queries have fewer than k_input = 1000" in caplog.text
+
+
+def test_repeated_passage_texts_are_warned_and_counted_in_the_metadata(tmp_path, caplog):
+    hits = [{"content": text, "qid": "1", "docid": d, "rank": r + 1, "score": 1.0}
+            for r, (d, text) in enumerate([("a", "same"), ("b", "same"), ("c", "other")])]
+    cands = tmp_path / "c.json"
+    cands.write_text(__import__("json").dumps([{"query": "q", "hits": hits}]))
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("1 0 a 1\n")
+    cfg = {"task": "rerank", "candidates": {"format": "rank_llm_json", "path": str(cands)},
+           "qrels": {"format": "trec", "path": str(qrels)}}
+    build_fixture(fixture_dataset("tiny", cfg, seed=4401), tmp_path / "c.parquet", tmp_path / "q.parquet")
+    assert f"{cands}: 1 set(s) repeat a candidate text (1 duplicate(s) in all)" in caplog.text
+    assert read_metadata(tmp_path / "c.parquet")["duplicate_texts"] == {"sets": 1, "duplicates": 1}

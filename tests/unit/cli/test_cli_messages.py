@@ -72,3 +72,15 @@ def test_stability_writes_nothing_into_home(tmp_path):
     assert list(home.rglob("*")) == []
     assert "matplotlib" not in proc.stderr.lower()
     assert list((tmp_path / "tmp").glob("presdep-mpl-*")) == []  # the private config folder is removed at exit
+
+
+def test_metrics_given_a_trec_run_as_scores_says_to_use_runs_and_never_to_delete_it(tmp_path, capsys):
+    from presdep.cli import main
+
+    (tmp_path / "qrels.txt").write_text(QRELS)
+    mine = _run(tmp_path / "mine.trec", {q: [2.0, 1.0] for q in DOCS})
+    rc = main(["metrics", mine, "--qrels", str(tmp_path / "qrels.txt"), "--dataset", "d", "--variant", "v"])
+    err = capsys.readouterr().err
+    assert rc != 0 and f"{mine}: a TREC run (line 1: 'q1 Q0 a 1 2.0 x'), not a presdep scores file" in err
+    assert "--runs" in err and "delete" not in err
+    assert Path(mine).exists()

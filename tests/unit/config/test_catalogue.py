@@ -176,8 +176,11 @@ def test_expansion_gives_an_ordinary_validated_entry() -> None:
 def test_local_beir_folder_uses_our_own_index(tmp_path: Path) -> None:
     filled, _ = load_workflow_config(_config({"scifact": {"from_catalogue": True, "local_path": str(tmp_path)}}), SCHEMA_PATH)
     cand = filled["datasets"]["scifact"]["candidates"]
-    assert (cand["format"], cand["index"], cand["k"], cand["k1"], cand["b"]) == ("bm25", "scifact", 100, 0.9, 0.4)
-    assert cand["corpus"]["path"] == "resources/datasets/scifact/beir/corpus.jsonl"
+    # A local copy is converted into its own source-keyed folder (and index): resources/datasets/scifact/local-<digest>/.
+    folder = cand["corpus"]["path"].split("/")[3]
+    assert re.fullmatch(r"local-[0-9a-f]{12}", folder)
+    assert (cand["format"], cand["index"], cand["k"], cand["k1"], cand["b"]) == ("bm25", f"scifact-{folder}", 100, 0.9, 0.4)
+    assert cand["corpus"]["path"] == f"resources/datasets/scifact/{folder}/beir/corpus.jsonl"
     assert filled["datasets"]["scifact"]["local_path"] == {"beir": str(tmp_path)}
 
 
@@ -195,7 +198,8 @@ def test_supplied_proprietary_set_runs(tmp_path: Path) -> None:
     (tmp_path / "q.txt").write_text("")
     local = {"candidates": str(tmp_path / "c.json"), "qrels": str(tmp_path / "q.txt")}
     filled, _ = load_workflow_config(_config({"legal-a": {"from_catalogue": True, "local_path": local}}), SCHEMA_PATH)
-    assert filled["datasets"]["legal-a"]["candidates"]["path"] == "resources/datasets/legal-a/candidates.json"
+    assert re.fullmatch(r"resources/datasets/legal-a/local-[0-9a-f]{12}/candidates.json",
+                        filled["datasets"]["legal-a"]["candidates"]["path"])
 
 
 def test_pool_splits_and_roles() -> None:

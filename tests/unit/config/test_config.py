@@ -4,11 +4,11 @@ import copy
 import re
 
 import pytest
+from config_errors import config_error
 from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
 
 from presdep.config import (
     SCHEMA_PATH,
-    ConfigError,
     WorkflowConfig,
     apply_replacing_sections,
     load_yaml,
@@ -19,15 +19,7 @@ from presdep.config import (
 SCHEMA = SCHEMA_PATH
 
 
-@pytest.fixture(scope="module")
-def default_config():
-    return load_yaml(REPO / "workflow_config.yaml")
-
-
-def _error(config) -> str:
-    with pytest.raises(ConfigError) as info:
-        validate_config(config, SCHEMA)
-    return str(info.value)
+_error = config_error
 
 
 # One misspelling per level of the config: (where to put it, the YAML path the error must name, the fix).

@@ -25,6 +25,7 @@ from presdep.contracts.schemas import (
     DIGEST_KEY,
     META_DIGEST_KEY,
     METADATA_KEY,
+    REBUILD_HINT,
     artifact_metadata,
     content_digest,
     read_metadata,
@@ -161,7 +162,7 @@ def test_changed_data_is_a_content_digest_mismatch(scores_file):
         read_table(scores_file, "scores")
     msg = str(err.value)
     assert str(scores_file) in msg and "'scores'" in msg and "disk or copy damage" in msg
-    assert "delete it and re-run the rule that wrote it" in msg
+    assert REBUILD_HINT in msg and "--force" in msg and "delete" not in msg
     assert read_metadata(scores_file)["kind"] == "scores"  # its JSON still matches its own digest
 
 

@@ -66,7 +66,9 @@ def test_converter_hotpotqa_hf(tmp_path: Path) -> None:
     rel = qa_set.qrels.filter(qa_set.qrels["query_id"] == "5a8b57f25542995d1e6f1371").sort("doc_id")["relevance"].to_list()
     assert rel == [0, 1, 0, 1]
     assert qa_set.gold.sort("query_id")["answer"].to_list() == ["yes", "Paris"]
-    assert manifest.rows == {"read": 3, "dropped_other_geometry": 1, "questions": 2, "paragraphs": 7}
+    # Question q2 has 3 paragraphs, fewer than the selection's cap of 4: kept whole, and the manifest says so.
+    assert manifest.rows == {"read": 3, "dropped_other_geometry": 1, "fewer_paragraphs": 1, "questions": 2,
+                             "paragraphs": 7, "paragraphs_per_question": {"min": 3, "max": 4}, "duplicate_texts": {"sets": 0, "duplicates": 0}}
     assert detect_qa_format(tmp_path / "validation.jsonl") == "hotpotqa_hf"
 
 
@@ -167,6 +169,9 @@ def test_real_hotpotqa_dev200_through_the_catalogue_entry(tmp_path: Path) -> Non
     # Every kept question has exactly 2 supporting paragraphs and at most 10 in all.
     per_q = qa_set.qrels.group_by("query_id").agg(sup=pl.col("relevance").sum(), n=pl.len())
     assert set(per_q["sup"].to_list()) == {2} and max(per_q["n"].to_list()) <= 10
+    # Measured on this file: all 200 questions have their 10 paragraphs (2,000 in all).
+    assert (manifest.rows["paragraphs"], manifest.rows["paragraphs_per_question"], manifest.rows["fewer_paragraphs"]) == (
+        2000, {"min": 10, "max": 10}, 0)
 
 
 def test_release_zip_is_verified_and_its_member_converted(tmp_path: Path) -> None:

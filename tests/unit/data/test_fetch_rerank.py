@@ -47,7 +47,8 @@ def test_converter_rank_llm_json(tmp_path: Path) -> None:
     # Judgements of queries without candidates are not carried (trec_eval ignores them too).
     assert read_qrels(out / "qrels.txt").select("query_id", "doc_id", "relevance").rows() == [("1", "b", 2), ("2", "c", 0)]
     assert set(manifest.sha256) == {str(cands), str(qrels)}
-    assert json.loads((out / "manifest.json").read_text())["rows"] == {"queries": 2, "candidates": 3, "judgements": 2}
+    assert json.loads((out / "manifest.json").read_text())["rows"] == {
+        "queries": 2, "candidates": 3, "judgements": 2, "candidates_per_query": {"min": 1, "max": 2}, "duplicate_texts": {"sets": 0, "duplicates": 0}}
 
 
 def test_pinned_sha256_mismatch_is_refused(tmp_path: Path) -> None:

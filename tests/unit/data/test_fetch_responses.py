@@ -51,7 +51,8 @@ def test_converter_rewardbench2(tmp_path: Path) -> None:
     assert {texts[d]: g for (q, d), g in grades.items()} == {"2": 1, "4": 0, "6": 0, "9": 0}
     assert texts[_blind("1", 0)] == "2"
     _check_blind_order(cands, "1", 4)
-    assert manifest.rows == {"queries": 1, "candidates": 4, "judgements": 4}
+    assert manifest.rows == {"queries": 1, "candidates": 4, "judgements": 4, "candidates_per_query": {"min": 4, "max": 4},
+                             "duplicate_texts": {"sets": 0, "duplicates": 0}}
 
 
 def _nectar_row(i: int, n_answers: int = 7, empty: bool = False) -> dict:
@@ -150,7 +151,9 @@ def test_real_rm_bench_through_the_catalogue_entry(tmp_path: Path) -> None:
 
     out = tmp_path / "out"
     manifest = fetch_catalogue_entry("rm-bench", REAL, out, layout="ranked")
-    assert manifest.rows == {"queries": 129, "candidates": 129 * 6, "judgements": 129 * 6}
+    # Measured on this file: 12 prompts list one response text twice.
+    assert manifest.rows == {"queries": 129, "candidates": 129 * 6, "judgements": 129 * 6,
+                             "candidates_per_query": {"min": 6, "max": 6}, "duplicate_texts": {"sets": 12, "duplicates": 12}}
     # The same candidates and grades as reading the original with the project's RM-Bench reader.
     direct_c, direct_q = read_responses(REAL, "rm_bench_json")[:2]
     cands = read_rank_llm_json(out / "candidates.json")

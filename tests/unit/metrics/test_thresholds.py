@@ -8,12 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from presdep.contracts.schemas import write_table
+from presdep.contracts.errors import SchemaError
+from presdep.contracts.schemas import REBUILD_HINT, write_table
 from presdep.metrics.thresholds import (
     read_thresholds,
     split_queries,
     thresholds_from_files,
     tune_thresholds,
+    write_thresholds,
 )
 
 
@@ -197,9 +199,31 @@ def test_artifact_roundtrip_and_bad_files(tmp_path):
     back = read_thresholds(out)
     assert back["t_star"] == art["t_star"] and back["split_seed"] == 7 and back["params"]["split_seed"] == 7
     assert [p.name for p in out.parent.iterdir()] == ["x.json"]
-    out.write_text(json.dumps({**back, "test_queries": back["dev_queries"]}))
+    out.write_text(json.dumps({**back, "test_queries": back["dev_queries"]}))  # an older file: no digest
     with pytest.raises(ValueError, match="overlap"):
         read_thresholds(out)
     out.write_text("{")
-    with pytest.raises(ValueError, match="x.json"):
+    with pytest.raises(SchemaError, match="x.json.*not valid JSON"):
         read_thresholds(out)
+    out.write_bytes(b'{"t_star": 0.5, "dev\xff": 1}')
+    with pytest.raises(SchemaError, match="x.json.*not UTF-8"):
+        read_thresholds(out)
+
+
+def test_a_one_digit_edit_of_t_star_is_refused(tmp_path):
+    """t* is the one number every Jaccard of the run hangs on: an edited one must not be read."""
+    per_query = {f"q{i}": [[0.9, 0.1, 0.2 + 0.05 * i], [0.1, 0.9, 0.3]] for i in range(6)}
+    art = tune_thresholds(_scores(per_query), pl.DataFrame({"query_id": ["q0", "q1"], "doc_id": ["q0-d0", "q1-d1"],
+                                                             "relevance": [1, 1]}))
+    out = write_thresholds(art, tmp_path / "thresholds" / "v" / "d.json", {"split_seed": 1})
+    assert read_thresholds(out)["t_star"] == art["t_star"]
+    text = out.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(' "t_star": '))
+    value = line.split(": ")[1].rstrip(",")
+    digit = next(i for i, ch in enumerate(value) if ch in "123456789")
+    edited = value[:digit] + str((int(value[digit]) + 1) % 10) + value[digit + 1:]
+    out.write_text(text.replace(line, line.replace(value, edited)))
+    with pytest.raises(SchemaError) as err:
+        read_thresholds(out)
+    msg = str(err.value)
+    assert str(out) in msg and "threshold file" in msg and "edited by hand" in msg and REBUILD_HINT in msg

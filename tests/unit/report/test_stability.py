@@ -14,12 +14,13 @@ from scipy.stats import kendalltau
 
 from presdep.contracts.columns import TABLE1_COLUMNS
 from presdep.contracts.errors import StabilityError
+from presdep.contracts.json_artifacts import DIGEST_FIELD
 from presdep.contracts.schemas import write_table
 from presdep.report.bootstrap import kendall_tau_b
 from presdep.report.rank_sensitivity import presentation_sensitivity
 from presdep.report.stability_analysis import analyse_table1, paired_bootstrap
 from presdep.report.stability_cli import register
-from presdep.report.stability_io import write_table1_stability
+from presdep.report.stability_io import read_stability_json, write_table1_stability
 from presdep.report.stability_svg import HEIGHT_PX, WIDTH_PX, render_stability_svg
 
 
@@ -274,8 +275,9 @@ def test_table1_json_and_svgs(tmp_path):
     rng = np.random.default_rng(11)
     path = write_table(metrics_frame(rng), tmp_path / "m.parquet", "metrics")
     result = write_table1_stability([path], tmp_path / "out" / "table1.json", tmp_path / "svg", resamples=500, seed=4)
-    data = json.loads((tmp_path / "out" / "table1.json").read_text())
-    assert data == json.loads(json.dumps(result))
+    raw = json.loads((tmp_path / "out" / "table1.json").read_text())
+    data = read_stability_json(tmp_path / "out" / "table1.json")  # verified against its digest
+    assert data == json.loads(json.dumps(result)) and raw == {**data, DIGEST_FIELD: raw[DIGEST_FIELD]}
     assert set(data["columns"]) == {"rerank_ndcg10", "rerank_tau_psi"}
     assert set(data["skipped"]) == set(TABLE1_COLUMNS) - {"rerank_ndcg10", "rerank_tau_psi"}
     col = data["columns"]["rerank_tau_psi"]

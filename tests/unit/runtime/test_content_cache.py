@@ -15,12 +15,17 @@ from presdep.runtime.content_cache import QUARANTINE_DIR, ContentCache, entry_ch
 from presdep.scoring.answer_cache import AnswerCache
 from presdep.scoring.read_cache import ReadCache
 
+ID = "ab" * 32  # an identity key (the folder name: a sha256 in hex)
+PINNED_CHECKSUM = "422cf2aa8a00df2f7508ca8597490abac6deadaacb3d3428ef894883ea88905f"
+
 
 def test_checksum_and_name_formats_are_pinned():
-    assert entry_checksum("k", b"v") == hashlib.sha256(b"\x01" + b"\0" * 7 + b"kv").digest()
-    assert entry_checksum("k", b"v").hex() == "bc5661dd94d9d56c3b94a225880b359369d233340b047a92f0110004105a276d"
-    assert entry_checksum("ab", b"") != entry_checksum("a", b"b")  # the key's length is covered
-    assert shard_name(["b", "a"]) == hashlib.sha256(b"a\nb").hexdigest()[:40] + ".parquet"
+    assert entry_checksum(ID, "k", b"v") == hashlib.sha256(bytes.fromhex(ID) + b"\x01" + b"\0" * 7 + b"kv").digest()
+    assert entry_checksum(ID, "k", b"v").hex() == PINNED_CHECKSUM
+    assert entry_checksum(ID, "ab", b"") != entry_checksum(ID, "a", b"b")  # the key's length is covered
+    assert entry_checksum(ID, "k", b"v") != entry_checksum("cd" * 32, "k", b"v")  # the identity is covered
+    assert shard_name(ID, ["b", "a"]) == hashlib.sha256(f"{ID}\na\nb".encode()).hexdigest()[:40] + ".parquet"
+    assert shard_name(ID, ["a"]) != shard_name("cd" * 32, ["a"])
     assert ReadCache._canonical(None, np.array([[0.5, 0.5, 0.0, 0.0]])) == (
         np.array([1, 4], "<i8").tobytes() + np.array([0.5, 0.5, 0.0, 0.0], "<f8").tobytes())
     assert AnswerCache._canonical(None, "é") == "é".encode()

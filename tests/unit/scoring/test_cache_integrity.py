@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from presdep.contracts.errors import InvalidInput
-from presdep.runtime.content_cache import CHECKSUM_COLUMN, QUARANTINE_DIR, identity_key
+from presdep.runtime.content_cache import CHECKSUM_COLUMN, IDENTITY_META, QUARANTINE_DIR, identity_key
 from presdep.scoring.answer_cache import AnswerCache
 from presdep.scoring.read_cache import SUM_TOLERANCE, ReadCache
 
@@ -205,7 +205,7 @@ def test_a_shard_with_a_lost_row_is_quarantined(tmp_path, caplog):
     pq.write_table(pq.read_table(shard).slice(0, 2), shard, write_page_checksum=True)
     fresh = ReadCache(tmp_path, IDENT)
     assert fresh.lookup(list(want)) == {} and fresh.quarantined_entries == 2
-    assert "not the hash of its keys" in caplog.text
+    assert "not the hash of its identity and keys" in caplog.text
 
 
 REFUSED = [  # (what the refusal names, [slots, 4] values)
@@ -255,11 +255,79 @@ def test_a_changed_answer_text_is_quarantined_and_missed(tmp_path, caplog):
 
 
 def test_format_versions_were_bumped(tmp_path):
-    """Shards of the unchecked format live under other identity folders and are not read."""
+    """Shards of the older formats (no checksum; a checksum without the identity) live under
+    other identity folders and are not read: a cold cache."""
     for cls in (ReadCache, AnswerCache):
         c = cls(tmp_path, IDENT)
-        assert cls.FORMAT_VERSION == 2 and c.key != identity_key(c.identity, 1)
+        assert cls.FORMAT_VERSION == 3 and c.key not in {identity_key(c.identity, v) for v in (1, 2)}
         assert c.SCHEMA.field(CHECKSUM_COLUMN).type == pa.binary(32)
+        c.put("k", TEXTS["k-paris"] if cls is AnswerCache else softmax_entries([1])["00" + "ab" * 31])
+        shard = c.flush()
+        assert pq.read_metadata(shard).metadata[IDENTITY_META] == c.key.encode()
+
+
+STUDENT = {"model": {"test": "integrity"}, "dtype": "float32", "adapter_sha256": "student"}
+CACHES = {  # cache class, the values identity X (a student) stored, those identity Y (off the shelf) computes
+    "read": (ReadCache, softmax_entries([2, 3, 1], seed=5), softmax_entries([2, 3, 1], seed=6)),
+    "answer": (AnswerCache, TEXTS, {k: v + " (off the shelf)" for k, v in TEXTS.items()}),
+}
+
+
+@pytest.mark.parametrize("kind", CACHES)
+def test_a_shard_copied_from_another_identity_is_quarantined_never_served(tmp_path, caplog, kind):
+    """The same prompts (so the same keys and a valid checksum per entry under the old format)
+    under another identity: nothing of the copied shard is served, it is quarantined with one
+    warning naming both identities, and the caller computes the entries again."""
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    cls, theirs, ours = CACHES[kind]
+    x = cls(tmp_path, STUDENT)
+    for k, v in theirs.items():
+        x.put(k, v)
+    shard = x.flush()
+    y_dir = tmp_path / cls(tmp_path, IDENT).key
+    copied = y_dir / shard.name
+    shutil.copy(shard, copied)
+    caplog.clear()
+    y = cls(tmp_path, IDENT)
+    assert y.lookup(list(theirs)) == {} and y.misses == len(theirs) and y.hits == 0
+    (msg,) = [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
+    assert x.key in msg and y.key in msg and shard.name in msg and f"{len(theirs)} entries" in msg
+    assert "another identity" in msg and "quarantine" in msg
+    assert (y_dir / QUARANTINE_DIR / shard.name).exists() and not copied.exists()
+    assert y.stats()["quarantined_shards"] == 1
+    # Computed again under Y; Y serves its own values, X keeps serving its own.
+    for k, v in ours.items():
+        y.put(k, v)
+    assert y.flush().name != shard.name  # the identity is in the name: a copy never replaces Y's own shard
+    served_y, served_x = cls(tmp_path, IDENT).lookup(list(ours)), cls(tmp_path, STUDENT).lookup(list(theirs))
+    assert all(same(served_y[k], ours[k]) for k in ours) and all(same(served_x[k], theirs[k]) for k in theirs)
+    assert served_y.keys() == ours.keys() and served_x.keys() == theirs.keys()
+
+
+def test_a_copied_shard_with_its_identity_rewritten_fails_its_checksums(tmp_path, caplog):
+    """Metadata claiming the folder's identity does not help: every entry's checksum covers the
+    identity it was computed under."""
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    theirs = softmax_entries([1, 2], seed=7)
+    shard, _ = write_shard(lambda r: ReadCache(r, STUDENT), tmp_path, theirs)
+    y = ReadCache(tmp_path, IDENT)
+    table = pq.read_table(shard).replace_schema_metadata({IDENTITY_META: y.key.encode()})
+    forged = y.dir / shard.name
+    pq.write_table(table, forged, write_page_checksum=True)
+    caplog.clear()
+    fresh = ReadCache(tmp_path, IDENT)
+    assert fresh.lookup(list(theirs)) == {} and (fresh.dir / QUARANTINE_DIR / shard.name).exists()
+    assert "checksum mismatch" in caplog.text
+
+
+def test_a_shard_without_its_identity_is_refused(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    want = softmax_entries([2])
+    shard, _ = write_shard(lambda r: ReadCache(r, IDENT), tmp_path, want)
+    pq.write_table(pq.read_table(shard).replace_schema_metadata(None), shard, write_page_checksum=True)
+    fresh = ReadCache(tmp_path, IDENT)
+    assert fresh.lookup(list(want)) == {} and fresh.quarantined_shards == 1
+    assert "written under no identity" in caplog.text and fresh.key in caplog.text
 
 
 def test_compaction_leaves_out_a_corrupt_part(tmp_path, caplog):

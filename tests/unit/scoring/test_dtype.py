@@ -148,7 +148,7 @@ def test_forced_float32_equals_a_direct_float32_readout(tmp_path, model_dir):
 
 def test_published_model_files_get_the_umask_mode_not_mkstemp_0600(tmp_path):
     """A fetched model directory's files are readable like every other output (umask 022 -> 0644)."""
-    from presdep.contracts import schemas
+    from presdep.contracts import atomic_files
 
     def write(tmp):
         weights = tmp / "model.safetensors"
@@ -156,11 +156,11 @@ def test_published_model_files_get_the_umask_mode_not_mkstemp_0600(tmp_path):
         weights.chmod(0o600)  # what a mkstemp-based writer leaves
         (tmp / "sub").mkdir(mode=0o700)
 
-    umask = schemas._UMASK
+    umask = atomic_files._UMASK
     try:
-        schemas._UMASK = 0o022
-        schemas.write_dir_atomic(tmp_path / "model", write)
+        atomic_files._UMASK = 0o022
+        atomic_files.write_dir_atomic(tmp_path / "model", write)
     finally:
-        schemas._UMASK = umask
+        atomic_files._UMASK = umask
     assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "model" / "sub").stat().st_mode & 0o777 == 0o755

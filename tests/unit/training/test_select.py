@@ -9,8 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from presdep.contracts.errors import SchemaError
+from presdep.contracts.json_artifacts import DIGEST_FIELD, write_json_artifact
+from presdep.contracts.schemas import REBUILD_HINT
 from presdep.contracts.selection import adapter_for
-from presdep.training.select import SelectionAbstained, select_lambda, select_lambda_files
+from presdep.training.select import SelectionAbstained, read_run, select_lambda, select_lambda_files
 
 
 def fake_run(root: Path, lam: float, seed: int, curve: dict[int, list[float]], std: dict[int, float] | None = None):
@@ -136,6 +139,41 @@ def test_selection_file_and_adapter_lookup(tmp_path):
     assert adapter_for(out, 42) == adapter(runs[0], 2)
     with pytest.raises(KeyError, match="no adapter for seed 7"):
         adapter_for(out, 7)
+    assert DIGEST_FIELD in rec  # written with its digest, verified by scoring's reader
     with pytest.raises(ValueError, match="unknown lambda rule"):
         select_lambda(runs, rule="best")
     assert math.isclose(rec["per_seed"]["42"]["heldout_ndcg10"], 0.5)
+
+
+def test_an_edited_selection_is_refused_by_scoring(tmp_path):
+    """Pointing a seed at another adapter by hand is refused: scoring would load the wrong student."""
+    runs = [fake_run(tmp_path, 0.0, 42, {2: [0.4, 0.6], 4: [0.5, 0.5]})]
+    out = tmp_path / "selected.json"
+    select_lambda_files(runs=runs, out_path=out, rule="checkpoint", task="rerank")
+    text = out.read_text()
+    assert "step000002" in text
+    out.write_text(text.replace("step000002", "step000004"))
+    with pytest.raises(SchemaError) as err:
+        adapter_for(out, 42)
+    msg = str(err.value)
+    assert str(out) in msg and "lambda selection" in msg and "edited by hand" in msg and REBUILD_HINT in msg
+    out.write_bytes(b"\xff" + text.encode()[1:])
+    with pytest.raises(SchemaError, match="not UTF-8"):
+        adapter_for(out, 42)
+    write_json_artifact(out, {"adapters": ["one", "two"]})  # verified, but not a selection
+    with pytest.raises(SchemaError, match="'adapters' must map training seeds to adapter folders"):
+        adapter_for(out, 42)
+
+
+def test_a_run_record_is_verified_when_lambda_is_selected(tmp_path):
+    run = fake_run(tmp_path, 0.0, 42, {2: [0.4, 0.6]})
+    done = Path(run["dir"]) / "done.json"
+    write_json_artifact(done, {"heldout_score_std": {"2": 0.5}})
+    assert read_run(run["dir"]).score_std == {2: 0.5}
+    done.write_text(done.read_text().replace("0.5", "0.9"))  # a spread edited past the collapse floor
+    with pytest.raises(SchemaError) as err:
+        read_run(run["dir"])
+    assert str(done) in str(err.value) and "training run record" in str(err.value)
+    done.write_text(json.dumps({"heldout_score_std": {"2": "wide"}}))  # an older file, no digest
+    with pytest.raises(ValueError, match=r"done.json: heldout_score_std entry '2': 'wide' is not step -> number"):
+        read_run(run["dir"])

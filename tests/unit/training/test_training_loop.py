@@ -24,6 +24,7 @@ import torch
 from training_tiny import student_defaults, toy_data
 
 from presdep.config.records import TrainingSettings
+from presdep.contracts.json_artifacts import read_json_artifact
 from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.training.loop import batch_for_step, latest_checkpoint, train_student
 from presdep.training.lora import add_lora, tiny_causal_lm
@@ -194,6 +195,8 @@ def test_outputs_heldout_and_checkpoints(tokenizer, tmp_path):
     assert not (out / "checkpoints" / "step000002" / "trainer.pt").exists()  # only the newest keeps optimizer state
     assert latest_checkpoint(out).name == "step000004"
     assert json.loads((out / "done.json").read_text())["steps"] == 4
+    # written with its digest: what select_lambda reads back (verified) is what training recorded
+    assert read_json_artifact(out / "done.json", "training run record") == json.loads(json.dumps(done, default=str))
     # same settings: resumes at the end, no step re-run; other settings: stale checkpoints discarded
     again = run_training(tokenizer, out, {**BASE, "objective": "single_order", "steps": 4, "checkpoint_every": 2},
                          heldout=True)
