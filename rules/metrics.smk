@@ -12,6 +12,8 @@ rule metrics:
         ),
     output:
         metrics=f"{RESULTS}/metrics/{{variant}}/{{dataset}}.parquet",
+        # why each decision flipped (presdep.metrics.flip_ledger); its counts are among the metrics
+        ledger=f"{RESULTS}/ledger/{{variant}}/{{dataset}}.parquet",
     params:
         task=lambda wc: CFG.datasets[wc.dataset].task,
         variant=lambda wc: run_variant(wc)[0],

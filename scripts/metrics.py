@@ -7,6 +7,7 @@ metrics_from_files(
     scores_path=snakemake.input.scores,
     qrels_path=snakemake.input.qrels,
     out_path=snakemake.output.metrics,
+    ledger_path=snakemake.output.ledger,
     dataset=snakemake.wildcards.dataset,
     task=snakemake.params.task,
     variant=snakemake.params.variant,

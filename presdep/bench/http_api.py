@@ -266,6 +266,8 @@ def create_app(tasks_path: str | os.PathLike | None = None, *, token: str | None
 
     @app.post("/v1/stability")
     def stability(req: StabilityRequest) -> dict[str, Any]:
+        """The paired bootstrap of the reports (``presdep stability``'s JSON for one column): rank
+        intervals, P(first), pairwise comparisons, Rank(UB) and tiers at ``tierLevel`` (95%)."""
         reports = []
         for rep in req.reports:
             data = rep.model_dump(exclude_none=True)

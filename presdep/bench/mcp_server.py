@@ -76,8 +76,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
                           "provider": {"type": "string", "enum": ["mock"]},
                           "seed": _SEED, "run": {"type": "integer", "minimum": 0, "maximum": 1000},
                           "limit": {"type": "integer", "minimum": 1, "maximum": 100000}}, ["provider"])),
-    "score_stability": ("Paired bootstrap of run reports: rank intervals, P(first), prompt-variant "
-                        "sensitivity.", _obj({
+    "score_stability": ("Paired bootstrap of run reports: rank intervals, P(first), Rank(UB) and tiers "
+                        "(rows not separable at 95%), prompt-variant sensitivity.", _obj({
                             "reports": {"type": "array", "minItems": 1, "maxItems": 50, "items": _REPORT},
                             "seed": _SEED, "resamples": {"type": "integer", "minimum": 1, "maximum": 20000}},
                             ["reports"])),

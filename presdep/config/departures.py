@@ -14,10 +14,14 @@ def departures(cfg: WorkflowConfig) -> list[str]:
     """Sentences naming each non-paper rule the configured evaluation datasets use ([] = none)."""
     evals = {n: d for n, d in cfg.datasets.items() if d.role == "eval"}
     out = []
-    per_query = sorted(n for n, d in evals.items() if d.protocol.shuffle_rule != "paper")
+    per_query = sorted(n for n, d in evals.items() if d.protocol.shuffle_rule == "per_query")
     if per_query:
         out.append("shuffles drawn per query (shuffle_rule per_query), not random.Random(m) of the first-stage "
                    f"list: {', '.join(per_query)}")
+    cyclic = sorted(n for n, d in evals.items() if d.protocol.shuffle_rule == "cyclic")
+    if cyclic:
+        out.append("shuffles are the cyclic design (shuffle_rule cyclic: rotations inside fixed prompts), not "
+                   f"random.Random(m) of the first-stage list: {', '.join(cyclic)}")
     sampled = sorted(f"{n} ({d.max_queries})" for n, d in evals.items() if d.max_queries is not None)
     if sampled:
         out.append(f"a seeded sample of max_queries queries, not every judged query: {', '.join(sampled)}")

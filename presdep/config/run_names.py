@@ -13,7 +13,7 @@ import difflib
 # Everything an unnamed run writes directly under results/ (rules/*.smk, the hosted reply cache,
 # the report and its README).
 RESERVED_RUN_NAMES = frozenset({
-    "answers", "bench", "benchmarks", "cache", "metrics", "models", "scores", "silver", "stability",
+    "answers", "bench", "benchmarks", "cache", "ledger", "metrics", "models", "scores", "silver", "stability",
     "thresholds", "bsc_curve.csv", "figure1.png", "figure1.svg", "position_profile.png",
     "position_profile.svg", "README.md", "report.html", "table1.csv", "table1.md", "table1_counts.csv",
 })

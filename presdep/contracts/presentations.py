@@ -3,15 +3,18 @@
 A *presentation* is an ordering of a query's whole candidate list. A *chunking*
 cuts a presented list into P = ceil(n / B) prompts of at most B documents.
 
-Random shuffle m follows one of two named rules (``SHUFFLE_RULES``):
+Random shuffle m follows one of three named rules (``SHUFFLE_RULES``):
 
 * ``paper`` (the default, the paper's released code): the list in first-stage order
   shuffled by ``random.Random(m).shuffle``, so every query of the same pool size gets
   the same permutation of slots;
 * ``per_query``: an independent draw per (base seed, dataset, query, m) through
-  :func:`stable_seed` (presdep's v2 rule), so queries do not share permutations.
+  :func:`stable_seed` (presdep's v2 rule), so queries do not share permutations;
+* ``cyclic``: a balanced design, not a draw (:func:`cyclic_order`): each prompt keeps its
+  first-stage members and presentation m rotates them by m slots, so M = B presentations
+  put every candidate in every slot of its prompt exactly once (a Latin square per prompt).
 
-Both are the same on every machine, in every process and in every execution order.
+All are the same on every machine, in every process and in every execution order.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ NO_NOISE_REREADS = 0
 # How a presented list is cut into prompts; the round-robin row deals EVERY pass (the
 # first-stage order and each shuffle) round-robin, every other row cuts contiguously.
 CHUNKINGS = ("contiguous", "round_robin")
-SHUFFLE_RULES = ("paper", "per_query")
+SHUFFLE_RULES = ("paper", "per_query", "cyclic")
 PAPER_SHUFFLE_RULE = "paper"
+CYCLIC_SHUFFLE_RULE = "cyclic"
 # Presentation indices of middle_injection, in order.
 INJECTION_PLACES = ("top", "middle", "bottom")
 
@@ -88,13 +92,41 @@ def paper_shuffle(items: Sequence[T], m: int) -> list[T]:
     return out
 
 
-def shuffle_order(n: int, m: int, rule: str, *, base_seed: int, dataset: str, query_id: str) -> list[int]:
-    """Shuffle m of a query's n candidates, as indices into first-stage order, under ``rule``."""
+def shuffle_order(n: int, m: int, rule: str, *, base_seed: int, dataset: str, query_id: str,
+                  b: int | None = None, chunking: str = "contiguous") -> list[int]:
+    """Shuffle m of a query's n candidates, as indices into first-stage order, under ``rule``.
+
+    ``b`` and ``chunking`` (the prompt size and the variant's chunking) are read by the
+    cyclic rule only, whose presentations rotate each prompt's members; the others ignore them."""
     if rule == "paper":
         return paper_shuffle(range(n), m)
     if rule == "per_query":
         return random_shuffle(range(n), shuffle_seed(base_seed, dataset, query_id, m))
+    if rule == CYCLIC_SHUFFLE_RULE:
+        if b is None:
+            raise InvalidInput("shuffle_rule cyclic rotates each prompt's members: it needs the chunk size B "
+                               "(and the variant's chunking)")
+        return cyclic_order(n, m, b, chunking)
     raise InvalidInput(f"unknown shuffle rule {rule!r}; expected one of {SHUFFLE_RULES}")
+
+
+def cyclic_order(n: int, m: int, b: int, chunking: str = "contiguous") -> list[int]:
+    """Presentation m of the cyclic design, as indices into first-stage order.
+
+    The prompts keep the members the first-stage order cut by ``chunking`` gives them (as
+    :func:`within_chunk` does, so companions never change and only the slot does); inside a
+    prompt of L members, the member at slot k of the first-stage cut moves to slot
+    (k + m) mod L. Presentation 0 is the first-stage order; m = 0..L-1 put every member in
+    every slot of its prompt once. Cut again by ``chunking``, the result gives those prompts.
+    """
+    if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or m < 0:
+        raise InvalidInput(f"presentation m must be a non-negative integer, got {m!r}")
+    out = list(range(n))
+    for pos in chunk_positions(n, b, chunking):
+        size = len(pos)
+        for k, doc in enumerate(pos):  # in first-stage order, position pos[k] holds document pos[k]
+            out[pos[(k + m) % size]] = doc
+    return out
 
 
 def random_shuffle(doc_ids: Sequence[T], rng_seed: int) -> list[T]:

@@ -135,6 +135,28 @@ SCHEMAS: dict[str, pa.Schema] = {
             _field("value", _F64, True),
         ]
     ),
+    # Why each decision flipped (presdep.metrics.flip_ledger, docs/methods/flip-ledger.md): one row per
+    # flipped decision between presentations a < b; a cause's Boolean is null where it cannot be tested.
+    "flip_ledger": pa.schema(
+        [
+            _field("decision", _STR),
+            _field("query_id", _STR),
+            _field("doc_id", _STR, True),
+            _field("presentation_a", _I32),
+            _field("presentation_b", _I32),
+            _field("value_a", _STR),
+            _field("value_b", _STR),
+            _field("score_a", _F64, True),
+            _field("score_b", _F64, True),
+            _field("margin_a", _F64),
+            _field("margin_b", _F64),
+            _field("noise_floor", _F64, True),
+            _field("fit_a", _F64, True),
+            _field("fit_b", _F64, True),
+            *(_field(cause, pa.bool_(), True) for cause in ("tie", "noise", "parse", "slot", "companions")),
+            _field("cause", _STR),
+        ]
+    ),
 }
 
 # Columns that identify a row: duplicates there are a contract violation.
@@ -146,6 +168,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "silver": ("query_id", "doc_id", "teacher", "presentation"),
     "answers": ("query_id", "perturbation", "presentation"),
     "metrics": ("dataset", "variant", "seed", "perturbation", "query_id", "metric"),
+    "flip_ledger": ("decision", "query_id", "doc_id", "presentation_a", "presentation_b"),
 }
 
 

@@ -6,6 +6,9 @@ decisions    frozen threshold, retained-set Jaccard, matched retention, set/pair
 thresholds   the 50/50 development/test split and the t* artifact
 qa           SQuAD normalisation, EM, F1 (HotpotQA yes/no rule), answer flip
 bsc          BSC's K-curve
+bsc_adaptive adaptive BSC: shuffles added until the decision settles
+flip_ledger  why each decision flipped (flip_rules: one rule per decision; ledger_rows: beside the metrics)
+slot_test    the slot share's chance level, its permutation test, query-clustered slot intervals
 compute      scores table -> long metrics table, from:
   blocks         the scores table as per-query blocks of presentations
   rows           the row collector (per-query rows and their aggregate)
@@ -13,6 +16,7 @@ compute      scores table -> long metrics table, from:
   qa_rows        gold slots in the top k and the reader's answers (QA)
   response_rows  selection, pair and selected-quality flips (responses)
   zeng_rows      Zeng et al.'s PSI rows
+  position_rows  the slot profile, variance shares and the slot test (random shuffles)
 """
 
 from presdep.metrics.compute import build_blocks, compute_metrics, metrics_from_files, write_metrics

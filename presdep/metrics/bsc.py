@@ -8,6 +8,8 @@ quality measure (nDCG@10, nDCG@1 for responses) of ensemble 0, tau_psi and
 tau_psi_b between the E ensembles, and for reranking the Jaccard at a t* tuned on
 these BSC scores (dev half of the frozen split, canonical = ensemble 0) and
 reported on the test half. Passes per query to measure it: E*K (+1 first stage).
+Beside the curve, adaptive BSC (presdep.metrics.bsc_adaptive, perturbations
+``bsc_adaptive_r{r}``): shuffles added until the decision settles, against fixed K.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import polars as pl
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.views import CANONICAL_PRESENTATION, RANDOM_SHUFFLE, decision_presentations
 from presdep.metrics import decisions, instability, quality
+from presdep.metrics.bsc_adaptive import ADAPTIVE_R, adaptive_rows
 
 
 def curve_scores(scores: pl.DataFrame, bsc_k: int, k: int) -> pl.DataFrame:
@@ -51,8 +54,10 @@ def curve_rows(
     ensembles: int,
     ks: Sequence[int],
     thresholds: Mapping[str, Any] | None,
+    adaptive_r: Sequence[int] = ADAPTIVE_R,
 ) -> Iterator[tuple[str, str | None, str, float]]:
-    """(perturbation, None, metric, value) aggregate rows of the K-curve (mean over queries)."""
+    """(perturbation, None, metric, value) aggregate rows of the K-curve (mean over queries),
+    then adaptive BSC's for each r of ``adaptive_r`` (cap K = ``bsc_k``, the fixed-K t*)."""
     qrels_d = quality.qrels_to_dict(qrels)
     qual = "ndcg@1" if task == "response" else "ndcg@10"
     for k in sorted(set(int(x) for x in ks if x <= bsc_k)):
@@ -80,3 +85,5 @@ def curve_rows(
             jac = [decisions.pair_stats(b[2] >= t_star)[0] for b in blocks if b[0] in test]
             yield pert, None, "t_star", t_star
             yield pert, None, "jaccard", float(np.nanmean(jac)) if jac else float("nan")
+    yield from adaptive_rows(scores, task=task, bsc_k=bsc_k, ensembles=ensembles, rs=adaptive_r,
+                             thresholds=thresholds)

@@ -34,9 +34,11 @@ from presdep.contracts.views import (
     decision_presentations,
     first_stage_pass,
 )
-from presdep.metrics import instability, position, quality
+from presdep.metrics import instability, quality
 from presdep.metrics.blocks import Block, build_blocks
 from presdep.metrics.bsc import curve_rows
+from presdep.metrics.ledger_rows import ledger_metric_rows, run_ledger
+from presdep.metrics.position_rows import add_position_rows
 from presdep.metrics.qa_rows import add_answer_rows, add_gold_slot_rows
 from presdep.metrics.rerank_rows import add_retained_set_rows, add_threshold_rows, rerank_set_values
 from presdep.metrics.response_rows import add_response_rows
@@ -152,7 +154,7 @@ def compute_metrics(
             _decision_rows(rows, pert, blocks[pert], qrels_d, task=task, threshold=threshold, reader_k=reader_k,
                            zeng=zeng and bsc_k == 1)
     _noise_rows(rows, scores)
-    _position_rows(rows, scores, qrels_d)
+    add_position_rows(rows, scores, qrels_d)
     if threshold is not None:
         add_threshold_rows(rows, threshold.artifact, blocks.get(RANDOM_SHUFFLE, []), qrels_d, threshold.test_queries)
     rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
@@ -254,32 +256,6 @@ def tie_rate(scores: np.ndarray) -> float:
     return float(np.mean(tied)) / (n * (n - 1) / 2)
 
 
-def _position_rows(rows: MetricRows, scores: pl.DataFrame, qrels_d: Mapping) -> None:
-    """Where the scores come from (presdep.metrics.position), on the raw single-pass shuffles (BSC's
-    too, before averaging): per query the slot and grade Spearmans and the variance shares; the
-    slot profile as aggregate rows ``slot_mean_sNN``, ``slot_centred_mean_sNN`` and their
-    ``*_ci95_sNN`` half-widths."""
-    shuffles = scores.filter(pl.col("perturbation") == RANDOM_SHUFFLE)
-    if shuffles.height == 0 or "slot" not in shuffles.columns:
-        return
-    cols = shuffles.select("query_id", "doc_id", "presentation", "slot", "score").to_dict(as_series=False)
-    blocks = [b for b in position.query_blocks(cols, qrels_d) if b[1].shape[0] >= 2]
-    if not blocks:
-        return
-    qids = [q for q, *_ in blocks]
-    rows.per_query(RANDOM_SHUFFLE, "spearman_slot_score", qids,
-                   [position.slot_score_spearman(sc, sl) for _, sc, sl, _ in blocks])
-    rows.per_query(RANDOM_SHUFFLE, "spearman_score_grade", qids,
-                   [position.score_grade_spearman(sc, g) for _, sc, _, g in blocks])
-    shares = [position.variance_shares(sc, sl) for _, sc, sl, _ in blocks]
-    for i, part in enumerate(("doc", "slot", "residual")):
-        rows.per_query(RANDOM_SHUFFLE, f"var_share_{part}", qids, [s[i] for s in shares])
-    profile = position.slot_profile([(sc, sl) for _, sc, sl, _ in blocks])
-    for j, slot in enumerate(profile["slot"]):
-        for key in ("mean", "ci95", "centred_mean", "centred_ci95"):
-            rows.add(RANDOM_SHUFFLE, None, f"slot_{key}_s{int(slot):02d}", profile[key][j])
-
-
 def _noise_rows(rows: MetricRows, scores: pl.DataFrame) -> None:
     """tau_psi_noise beside tau_psi: the tau-PSI (strict, ties by presented position) of the R
     re-reads of the first-stage presentation in other batch compositions (perturbation
@@ -371,8 +347,10 @@ def metrics_from_files(
     bsc_k: int = 1,
     ensembles: int = 4,
     reader_k: int | None = None,
+    ledger_path: str | os.PathLike | None = None,
 ) -> pl.DataFrame:
-    """Read the artifacts, compute the metrics, write them (the workflow's entry point).
+    """Read the artifacts, compute the metrics, write them (the workflow's entry point); with
+    ``ledger_path`` also the run's flip ledger (presdep.metrics.ledger_rows).
 
     Reranking needs ``thresholds_path`` (the threshold artifact, the one source of t*).
     QA: ``reader_k`` (the reader's top-k paragraphs) defaults to the k the answers
@@ -383,19 +361,23 @@ def metrics_from_files(
 
     if task == "rerank" and thresholds_path is None:
         raise InvalidInput(f"{scores_path}: reranking metrics need the threshold artifact (thresholds_path)")
+    scores = read_table(scores_path, "scores")
+    answers = read_table(answers_path, "answers") if answers_path else None
+    thresholds = read_thresholds(thresholds_path) if thresholds_path else None
+    reader_k = reader_k if reader_k is not None else READER_K
     metrics = compute_metrics(
-        read_table(scores_path, "scores"),
+        scores,
         read_table(qrels_path, "qrels"),
         dataset=dataset,
         task=task,
         variant=variant,
         seed=seed,
-        answers=read_table(answers_path, "answers") if answers_path else None,
+        answers=answers,
         gold=read_table(gold_path, "answers_gold") if gold_path else None,
-        thresholds=read_thresholds(thresholds_path) if thresholds_path else None,
+        thresholds=thresholds,
         bsc_k=bsc_k,
         ensembles=ensembles,
-        reader_k=reader_k if reader_k is not None else READER_K,
+        reader_k=reader_k,
     )
     stats = read_metadata(scores_path).get("scorer_stats") or {}
     if "parse_failures" in stats:  # generative listwise: windows whose reply needed the repair rule
@@ -412,5 +394,15 @@ def metrics_from_files(
         "thresholds": None if thresholds_path is None else str(thresholds_path),
         "bsc_k": bsc_k, "bsc_ensembles": ensembles, "reader_k": reader_k,
     }
+    if ledger_path is not None:
+        # Why each decision flipped (docs/methods/flip-ledger.md): the ledger beside the metrics, its
+        # counts among them (perturbation flip_ledger) for Table 1's counts file and notes.
+        ledger = run_ledger(scores, task, thresholds=thresholds, answers=answers, bsc_k=bsc_k, ensembles=ensembles,
+                            reader_k=reader_k)
+        write_table(ledger, ledger_path, "flip_ledger", params, dataset=dataset, variant=variant, seed=seed)
+        rows = list(ledger_metric_rows(ledger, task))
+        metrics = pl.concat([metrics, _metrics_frame(
+            dataset=dataset, task=task, variant=variant, seed=seed, perturbation=[r[0] for r in rows],
+            query_id=[r[1] for r in rows], metric=[r[2] for r in rows], value=[r[3] for r in rows])])
     write_metrics(metrics, out_path, params)
     return metrics

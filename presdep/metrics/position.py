@@ -7,7 +7,9 @@ it sat in inside its prompt), say whether the score follows the document or the 
 
 * **slot profile**: the mean score at each slot, raw and centred (each score minus its
   document's mean over the shuffles, so the document's own level cancels), with a 95%
-  normal interval over the (query, shuffle) rows at that slot. A scorer that reads
+  normal interval over the (query, shuffle) rows at that slot, as if they were independent
+  (presdep.metrics.slot_test gives the query-clustered interval and the permutation test of
+  "no slot effect", with the slot share's chance level). A scorer that reads
   documents, not slots, has a flat centred profile; the identity scorer's is exactly 0.
 * **Spearman(slot, score)** within each shuffle, averaged per query: near -1 when the
   first slots always score highest, whatever sits there.

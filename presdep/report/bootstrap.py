@@ -24,6 +24,7 @@ DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 4401
 MIN_SHARED_ITEMS = 30
 MIN_RESAMPLES = 500
+DEFAULT_LEVEL = 0.95  # the intervals' coverage, and the level at which rows count as separable
 # Resamples processed at once: bounds memory (block x clusters weights) for 20,000 resamples.
 _BLOCK = 1000
 _TIE_DECIMALS = 12
@@ -139,9 +140,15 @@ def kendall_tau_b(reference: np.ndarray, others: np.ndarray) -> np.ndarray:
         return np.where(denom > 0, (s * s0).sum(axis=1) / np.where(denom > 0, denom, 1), np.nan)
 
 
-def percentile_interval(a: np.ndarray, method: str = "linear") -> np.ndarray:
-    """The 95% percentile interval along axis 0: shape (2, *a.shape[1:])."""
-    return np.quantile(a, [0.025, 0.975], axis=0, method=method)
+def percentile_interval(a: np.ndarray, method: str = "linear", level: float = DEFAULT_LEVEL) -> np.ndarray:
+    """The percentile interval (95% unless told) along axis 0: shape (2, *a.shape[1:])."""
+    tail = round((1.0 - level) / 2.0, _TIE_DECIMALS)  # 0.95 gives exactly 0.025, not 0.025000000000000022
+    return np.quantile(a, [tail, 1.0 - tail], axis=0, method=method)
+
+
+def difference_interval(boot: np.ndarray, level: float = DEFAULT_LEVEL) -> np.ndarray:
+    """(2, V, V): percentile interval of the paired differences mean_a - mean_b of resampled means (B, V)."""
+    return percentile_interval(boot[:, :, None] - boot[:, None, :], level=level)
 
 
 def rank_statistics(full: np.ndarray, boot: np.ndarray, lower_is_better: bool) -> RankStatistics:
@@ -150,7 +157,6 @@ def rank_statistics(full: np.ndarray, boot: np.ndarray, lower_is_better: bool) -
     s_boot = tie_score(boot, lower_is_better)
     rank_boot = ranks(s_boot)
     is_best = s_boot == s_boot.max(axis=1, keepdims=True)
-    diff = boot[:, :, None] - boot[:, None, :]
     better = (s_boot[:, :, None] > s_boot[:, None, :]) + 0.5 * (s_boot[:, :, None] == s_boot[:, None, :])
     return RankStatistics(
         full=full,
@@ -162,7 +168,7 @@ def rank_statistics(full: np.ndarray, boot: np.ndarray, lower_is_better: bool) -
         rank_interval=percentile_interval(rank_boot, method="inverted_cdf"),  # observed ranks, not interpolated
         taus=kendall_tau_b(s_full, s_boot),
         probability_better=better.mean(axis=0),
-        difference_interval=percentile_interval(diff),
+        difference_interval=difference_interval(boot),
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import polars as pl
+
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
 
 # tau-PSI of two unrelated random rankings: E[tau] = 0, so (1 - 0) / 2.
@@ -21,6 +23,10 @@ CHANCE_TAU_PSI = 0.5
 AT_CHANCE = 0.05
 # The slot explains at least this share of the score variance across shuffles: "slot-driven".
 SLOT_DRIVEN = 0.5
+# The permutation test of "no slot effect" (presdep.metrics.slot_test) names the slot below this
+# p-value, Bonferroni-corrected over the cell's runs (datasets x seeds). Without a p-value (metrics
+# written before the test existed) the SLOT_DRIVEN share alone decides, as it used to.
+SLOT_ALPHA = 0.01
 # |Spearman(shuffle-averaged score, grade)| below this: the score does not follow the qrels.
 NO_GRADE_SIGNAL = 0.1
 # The diagnostics each tau-PSI cell gets in the counts file (presdep.metrics.position).
@@ -44,14 +50,33 @@ def meaning(column: str, tau_psi: float | None, diag: Mapping[str, float | None]
     if _defined(tau_psi) and abs(tau_psi - CHANCE_TAU_PSI) <= AT_CHANCE:
         parts.append(f"{tau_psi:.3f} is chance level (unrelated rankings give {CHANCE_TAU_PSI})")
     share, rho_slot, rho_grade = (diag.get(m) for m in DIAGNOSTICS)
-    if _defined(share) and share >= SLOT_DRIVEN:
-        slot = f"the slot explains {share:.0%} of the score variance across shuffles"
-        if _defined(rho_slot):
-            slot += f" (Spearman of slot with score {rho_slot:+.2f})"
-        parts.append("scores follow the slot, not the document: " + slot)
+    p_value, chance = diag.get("slot_p_value"), diag.get("slot_share_chance")
+    tested = _defined(p_value)
+    if (tested and p_value < SLOT_ALPHA) or (not tested and _defined(share) and share >= SLOT_DRIVEN):
+        extra = ([f"chance {chance:.0%}"] if _defined(chance) else []) + (
+            [f"Spearman of slot with score {rho_slot:+.2f}"] if _defined(rho_slot) else [])
+        slot = f"the slot explains {share:.0%} of the score variance across shuffles" if _defined(share) else ""
+        if extra:
+            slot += f" ({'; '.join(extra)})" if slot else "; ".join(extra)
+        lead = ("scores follow the slot, not the document" if _defined(share) and share >= SLOT_DRIVEN
+                else "the slot moves the scores")
+        if tested:
+            lead += f" (permutation test p = {p_value:.3g})"
+        parts.append(f"{lead}: {slot}" if slot else lead)
     if _defined(rho_grade) and abs(rho_grade) < NO_GRADE_SIGNAL:
         parts.append(f"the shuffle-averaged score does not follow the qrels (Spearman with grade {rho_grade:+.2f})")
     return f"{COLUMN_TITLES[column]}: " + "; ".join(parts) if parts else ""
+
+
+def slot_test_cell(tests: pl.DataFrame, variant: str, task: str) -> dict[str, float | None]:
+    """A Table 1 cell's slot test from the per-run rows of presdep.metrics.position_rows.slot_test_cells:
+    the smallest p-value times the number of runs (Bonferroni, capped at 1: the slot matters in at
+    least one dataset or seed) and the mean chance level of the slot share."""
+    runs = tests.filter((pl.col("variant") == variant) & (pl.col("task") == task))
+    p = runs["slot_p_value"].drop_nulls().drop_nans() if runs.height else pl.Series([], dtype=pl.Float64)
+    chance = runs["slot_share_chance"].drop_nulls().drop_nans() if runs.height else p
+    return {"slot_p_value": min(1.0, float(p.min()) * p.len()) if p.len() else None,
+            "slot_share_chance": float(chance.mean()) if chance.len() else None}
 
 
 def vs_chance(tau_psi: float | None) -> float | None:
@@ -59,5 +84,5 @@ def vs_chance(tau_psi: float | None) -> float | None:
     return tau_psi - CHANCE_TAU_PSI if _defined(tau_psi) else None
 
 
-__all__ = ["AT_CHANCE", "CHANCE_TAU_PSI", "DIAGNOSTICS", "NO_GRADE_SIGNAL", "SLOT_DRIVEN", "TAU_PSI_COLUMNS",
-           "diagnostic_columns", "meaning", "vs_chance"]
+__all__ = ["AT_CHANCE", "CHANCE_TAU_PSI", "DIAGNOSTICS", "NO_GRADE_SIGNAL", "SLOT_ALPHA", "SLOT_DRIVEN",
+           "TAU_PSI_COLUMNS", "diagnostic_columns", "meaning", "slot_test_cell", "vs_chance"]

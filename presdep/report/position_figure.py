@@ -4,7 +4,8 @@ One panel per task; per run (Table 1 label, and the training seed where there is
 centred mean score at each slot with its 95% band, from the aggregate ``slot_centred_*``
 rows of the metrics files, averaged over datasets. A flat line at 0 is a scorer whose scores
 follow the document; a falling line is one whose scores follow the slot. Each run's legend
-entry gives its slot share of the score variance (``var_share_slot``).
+entry gives its slot share of the score variance (``var_share_slot``), its chance level and
+the permutation test's p-value (Bonferroni over the run's datasets).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def profiles(metrics: pl.DataFrame, labels: Mapping[str, str] | None = None) -> 
     )
     if parts.height == 0:
         return pl.DataFrame(schema={"task": pl.String, "run": pl.String, "label": pl.String, "slot": pl.Int64,
-                                    "mean": pl.Float64, "ci95": pl.Float64, "slot_share": pl.Float64})
+                                    "mean": pl.Float64, "ci95": pl.Float64, "slot_share": pl.Float64,
+                                    "slot_chance": pl.Float64, "slot_p": pl.Float64})
     run = pl.col("variant") + pl.when(pl.col("seed").is_null()).then(pl.lit("")).otherwise(
         pl.lit("/seed") + pl.col("seed").cast(pl.String))
     wide = (parts.with_columns(run.alias("run"))
@@ -46,6 +48,13 @@ def profiles(metrics: pl.DataFrame, labels: Mapping[str, str] | None = None) -> 
             .pivot(on="what", index=["task", "run", "variant", "slot"], values="value"))
     share = (agg.filter(pl.col("metric") == "var_share_slot").with_columns(run.alias("run"))
              .group_by("task", "run").agg(pl.col("value").mean().alias("slot_share")))
+    # The permutation test of "no slot effect" per run, Bonferroni over its datasets (docs/methods/position.md).
+    tested = agg.filter(pl.col("metric").is_in(["slot_p_value", "slot_share_chance"])).with_columns(run.alias("run"))
+    test = (tested.group_by("task", "run").agg(
+        (pl.col("value").filter(pl.col("metric") == "slot_p_value").min()
+         * pl.col("value").filter(pl.col("metric") == "slot_p_value").len()).clip(upper_bound=1.0).alias("slot_p"),
+        pl.col("value").filter(pl.col("metric") == "slot_share_chance").mean().alias("slot_chance")))
+    share = share.join(test, on=["task", "run"], how="left")
     names = dict(labels or {})
     out = wide.join(share, on=["task", "run"], how="left").with_columns(
         pl.col("variant").replace_strict(names, default=pl.col("variant")).alias("label")
@@ -53,7 +62,11 @@ def profiles(metrics: pl.DataFrame, labels: Mapping[str, str] | None = None) -> 
     for col in ("mean", "ci95"):
         if col not in out.columns:
             out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
-    return out.select("task", "run", "label", "slot", "mean", "ci95", "slot_share").sort("task", "run", "slot")
+    for col in ("slot_p", "slot_chance"):
+        if col not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    return out.select("task", "run", "label", "slot", "mean", "ci95", "slot_share", "slot_chance", "slot_p").sort(
+        "task", "run", "slot")
 
 
 def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | Path) -> None:
@@ -73,8 +86,10 @@ def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | P
             g = g.sort("slot")
             x, y = g["slot"].to_list(), g["mean"].to_list()
             half = [0.0 if v is None else v for v in g["ci95"].to_list()]
-            share = g["slot_share"][0]
-            label = g["label"][0] + ("" if share is None else f" (slot share {share:.2f})")
+            share, chance, p = g["slot_share"][0], g["slot_chance"][0], g["slot_p"][0]
+            said = [] if share is None else [f"slot share {share:.2f}" + ("" if chance is None else f", chance {chance:.2f}")]
+            said += [] if p is None else [f"p = {p:.2g}"]
+            label = g["label"][0] + (f" ({'; '.join(said)})" if said else "")
             line = ax.plot(x, y, marker="o", markersize=3, linewidth=1.4, label=label)[0]
             ax.fill_between(x, [a - h for a, h in zip(y, half)], [a + h for a, h in zip(y, half)],
                             color=line.get_color(), alpha=0.15, linewidth=0)

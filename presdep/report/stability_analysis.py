@@ -19,6 +19,11 @@ Method (docs/methods/stability.md):
 * Ranks: 1 = best; lower-is-better columns rank ascending. Ties (values equal to
   12 decimals, so that float noise does not break exact ties) get average ranks and
   split ``probabilityFirst``.
+* Rank(UB) and tiers (presdep.report.stability_tiers): row a is significantly better
+  than row b when the paired-bootstrap interval of mean_a - mean_b at ``level``
+  (default 95%) excludes 0 on the side the column prefers; Rank(UB) = 1 + the rows
+  significantly better; tiers are greedy from the best (a row opens a new tier when its
+  tier's first row is significantly better than it).
 * Degenerate cells: a variant whose cell of the column has a degenerate-decision flag
   raised (the metrics' aggregate ``warn_*`` rows of presdep.metrics.rerank_rows.DEGENERATE_FLAGS,
   for the columns of its DEGENERATE_METRICS: Jacc.) on any dataset or seed is left out of
@@ -52,7 +57,12 @@ presdep.report.stability_io.write_stability_json)::
           "meanKendallTau": float | null,   # mean tau-b(full-sample ranking, resampled ranking)
           "pairwise": {a: {b: {"probabilityBetter": P(a better than b), ties split,
                                "difference": mean_a - mean_b,
-                               "differenceInterval95": [lo, hi]}}},
+                               "differenceInterval95": [lo, hi],
+                               "significantlyBetter": bool}}},   # a better than b at tierLevel
+          "tierLevel": float,               # e.g. 0.95: the level of significantlyBetter
+          "rankUB": {variant: int},         # 1 + rows significantly better than it
+          "tier": {variant: int},           # 1 = best; rows not separable from their tier's first
+          "tiers": [[variant, ...], ...],   # the tiers' members, best tier first
           "presentationSensitivity": null | {
               "presentations": [int], "sharedItems": int,
               "ranks": {variant: {"<presentation>": rank}},
@@ -88,6 +98,7 @@ from presdep.contracts.columns import TABLE1_COLUMNS
 from presdep.contracts.errors import StabilityError
 from presdep.metrics.rerank_rows import DEGENERATE_FLAGS, DEGENERATE_METRICS, flag_place, raised_flags
 from presdep.report.bootstrap import (
+    DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     MIN_RESAMPLES,
@@ -100,6 +111,7 @@ from presdep.report.bootstrap import (
 )
 from presdep.report.metric_columns import column_values
 from presdep.report.rank_sensitivity import presentation_sensitivity, prompt_sensitivity
+from presdep.report.stability_tiers import separability, tier_fields
 
 NO_PROMPT_VARIANT_REASON = "no task id carries a prompt-variant suffix (-v1, -v2, ...)"
 NO_PRESENTATION_REASON = (
@@ -260,7 +272,7 @@ def _mean_tau(taus: np.ndarray, n_variants: int, warnings: list[str]) -> float |
     return None
 
 
-def _pairwise(names: list[str], order: list[int], st: RankStatistics) -> dict[str, Any]:
+def _pairwise(names: list[str], order: list[int], st: RankStatistics, better: np.ndarray) -> dict[str, Any]:
     p_better, diff_iv = st.probability_better, st.difference_interval
     return {
         names[a]: {
@@ -268,6 +280,7 @@ def _pairwise(names: list[str], order: list[int], st: RankStatistics) -> dict[st
                 "probabilityBetter": json_float(p_better[a, b]),
                 "difference": json_float(st.full[a] - st.full[b]),
                 "differenceInterval95": [json_float(diff_iv[0, a, b]), json_float(diff_iv[1, a, b])],
+                "significantlyBetter": bool(better[a, b]),
             }
             for b in order
             if b != a
@@ -277,8 +290,8 @@ def _pairwise(names: list[str], order: list[int], st: RankStatistics) -> dict[st
 
 
 def _bootstrap_fields(prep: _Prepared, st: RankStatistics, resamples: int, seed: int,
-                      mean_tau: float | None) -> dict[str, Any]:
-    """The result's sample description and rank statistics, variants best first."""
+                      mean_tau: float | None, better: np.ndarray, level: float) -> dict[str, Any]:
+    """The result's sample description, rank statistics and tiers, variants best first."""
     names, runs_of = prep.variants, prep.arrays.variant_runs
     order = sorted(range(len(names)), key=lambda v: (st.rank_full[v], names[v]))
     n_items = int(sum(c.size for c in prep.arrays.counts))
@@ -306,7 +319,8 @@ def _bootstrap_fields(prep: _Prepared, st: RankStatistics, resamples: int, seed:
         "rankInterval95": {names[v]: [json_float(rank_iv[0, v]), json_float(rank_iv[1, v])] for v in order},
         "rankDistribution": distribution,
         "meanKendallTau": mean_tau,
-        "pairwise": _pairwise(names, order, st),
+        "pairwise": _pairwise(names, order, st, better),
+        **tier_fields(names, order, better, level),
     }
 
 
@@ -342,22 +356,27 @@ def paired_bootstrap(
     per_presentation: pl.DataFrame | None = None,
     prompt_variants: pl.DataFrame | None = None,
     where: str = "per-query values",
+    level: float = DEFAULT_LEVEL,
 ) -> dict[str, Any]:
     """Paired bootstrap of one leaderboard column.
 
     ``values``: columns dataset, variant, seed (null for single-run variants),
     query_id, value, and optionally cluster (items of one cluster are drawn
     together). ``prompt_variants`` (dataset, query_id, prompt_variant; null where a
-    row has none) asks for ``promptSensitivity``. Returns the per-column JSON dict
-    documented in the module docstring (without the column identity fields).
+    row has none) asks for ``promptSensitivity``. ``level`` is the level at which rows
+    count as separable (rankUB, tiers). Returns the per-column JSON dict documented in
+    the module docstring (without the column identity fields).
     """
     if resamples < 1:
         raise StabilityError(f"{where}: resamples must be >= 1, got {resamples}")
+    if not 0 < level < 1:
+        raise StabilityError(f"{where}: the tier level must lie strictly between 0 and 1, got {level}")
     prep = _prepare(values, where)
     warnings = _input_warnings(prep, resamples, where)
     st = bootstrap(prep.arrays, lower_is_better=lower_is_better, resamples=resamples, seed=seed)
     mean_tau = _mean_tau(st.taus, len(prep.variants), warnings)
-    result = _bootstrap_fields(prep, st, resamples, seed, mean_tau)
+    better = separability(st, lower_is_better, level)
+    result = _bootstrap_fields(prep, st, resamples, seed, mean_tau, better, level)
     result.update(_sensitivity_fields(prep, lower_is_better, per_presentation, prompt_variants, where))
     result["warnings"] = warnings
     return result
@@ -404,6 +423,7 @@ def analyse_column(
     seed: int = DEFAULT_SEED,
     per_presentation: pl.DataFrame | None = None,
     where: str = "metrics",
+    level: float = DEFAULT_LEVEL,
 ) -> dict[str, Any]:
     """Bootstrap one Table 1 column of a (concatenated) metrics table; variants with a degenerate
     cell (column_flags) are left out of the ranking and listed under ``flagged``."""
@@ -420,6 +440,7 @@ def analyse_column(
         seed=seed,
         per_presentation=per_presentation,
         where=f"{where}, column {column}",
+        level=level,
     )
     if flagged:
         res["warnings"].insert(0, f"variant(s) {list(flagged)} left out of the ranking and P(first): "
@@ -438,6 +459,7 @@ def analyse_table1(
     per_presentation: Mapping[str, pl.DataFrame] | None = None,
     columns: Iterable[str] | None = None,
     where: str = "metrics",
+    level: float = DEFAULT_LEVEL,
 ) -> dict[str, Any]:
     """Every Table 1 column with per-query rows; the others, and those whose every variant has a
     degenerate cell, are listed under ``skipped``; ``flagged`` lists the degenerate cells."""
@@ -460,6 +482,6 @@ def analyse_table1(
             continue
         out["columns"][column] = analyse_column(
             metrics, column, resamples=resamples, seed=seed,
-            per_presentation=per_presentation.get(column), where=where,
+            per_presentation=per_presentation.get(column), where=where, level=level,
         )
     return out

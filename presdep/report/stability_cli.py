@@ -16,11 +16,12 @@ import polars as pl
 from presdep import __version__
 from presdep.contracts.columns import TABLE1_COLUMNS
 from presdep.contracts.errors import ReportError, SchemaError, StabilityError
-from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from presdep.report.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
 from presdep.report.metric_columns import column_values
 from presdep.report.run_reports import export_report
 from presdep.report.stability_analysis import analyse_column
 from presdep.report.stability_io import analyse_reports, read_metrics, write_stability_json
+from presdep.report.stability_tiers import level_label
 
 
 def register(subparsers: Any) -> None:
@@ -28,12 +29,16 @@ def register(subparsers: Any) -> None:
         "stability",
         help="paired bootstrap rank intervals of a leaderboard column",
         description="Paired (hierarchical) bootstrap over queries: rank intervals, P(first), "
-        "pairwise P(A better than B). REPORT = metrics Parquet files or JSON run reports.",
+        "pairwise P(A better than B), Rank(UB) and tiers of rows not separable at --level. "
+        "REPORT = metrics Parquet files or JSON run reports.",
     )
     p.add_argument("reports", nargs="+", metavar="REPORT", type=Path)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
                    help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})")
+    p.add_argument("--level", type=float, default=DEFAULT_LEVEL,
+                   help="level at which rows count as separable, for Rank(UB) and the tiers "
+                   f"(default {DEFAULT_LEVEL})")
     p.add_argument("--svg", type=Path, help="write the rank-distribution figure here (1200x630 SVG)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.add_argument("--column", help="Table 1 column (metrics input; required when several have data) "
@@ -87,11 +92,12 @@ def _analyse(args: argparse.Namespace) -> tuple[str, dict]:
         if args.lower_is_better and TABLE1_COLUMNS[column].direction != "lower":
             raise StabilityError(f"--lower-is-better contradicts column {column!r}, where higher is better")
         res = analyse_column(metrics, column, resamples=args.resamples, seed=args.seed,
-                             per_presentation=per_pres, where=", ".join(map(str, args.reports)))
+                             per_presentation=per_pres, where=", ".join(map(str, args.reports)), level=args.level)
         return column, res
     label = args.column or "report"
     res = analyse_reports(args.reports, resamples=args.resamples, seed=args.seed,
-                          lower_is_better=args.lower_is_better or None, label=label, per_presentation=per_pres)
+                          lower_is_better=args.lower_is_better or None, label=label, per_presentation=per_pres,
+                          level=args.level)
     return label, res
 
 
@@ -100,12 +106,16 @@ def _summary(label: str, res: dict) -> str:
              f"{res['resamples']} resamples, seed {res['seed']}, mean Kendall tau-b "
              f"{'n/a' if res['meanKendallTau'] is None else format(res['meanKendallTau'], '.3f')}"]
     width = max(len(v) for v in [*res["variants"], *(res.get("flagged") or {})])
-    lines.append(f"{'variant':<{width}}  rank  95% rank   mean    95% interval       P(first)")
+    lines.append(f"{'variant':<{width}}  rank  95% rank   mean    95% interval       P(first)  Rank(UB)  tier")
     for v in res["variants"]:
         lo, hi = res["meanInterval95"][v]
         rlo, rhi = res["rankInterval95"][v]
         lines.append(f"{v:<{width}}  {res['rank'][v]:4g}  [{rlo:g}, {rhi:g}]  {res['mean'][v]:.4f}  "
-                     f"[{lo:.4f}, {hi:.4f}]  {res['probabilityFirst'][v]:.3f}")
+                     f"[{lo:.4f}, {hi:.4f}]  {res['probabilityFirst'][v]:.3f}     {res['rankUB'][v]:4d}  "
+                     f"{res['tier'][v]:4d}")
+    tiers = " | ".join(f"{k}: {', '.join(members)}" for k, members in enumerate(res["tiers"], start=1))
+    lines.append(f"tiers at {level_label(res['tierLevel'])} (each row not significantly worse than its tier's "
+                 f"first): {tiers}")
     for v, reasons in (res.get("flagged") or {}).items():
         lines.append(f"{v:<{width}}  left out (degenerate cell, not ranked): {'; '.join(reasons)}")
     ps = res.get("promptSensitivity")

@@ -16,7 +16,7 @@ import polars as pl
 from presdep.contracts.errors import StabilityError
 from presdep.contracts.json_artifacts import read_json_artifact, write_json_artifact
 from presdep.contracts.schemas import read_table
-from presdep.report.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from presdep.report.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
 from presdep.report.run_reports import prompt_variant, reports_frame
 from presdep.report.stability_analysis import analyse_table1, paired_bootstrap
 
@@ -42,8 +42,10 @@ def analyse_reports(
     lower_is_better: bool | None = None,
     label: str = "report",
     per_presentation: pl.DataFrame | None = None,
+    level: float = DEFAULT_LEVEL,
 ) -> dict[str, Any]:
-    """Bootstrap JSON run reports; the direction comes from the reports unless given."""
+    """Bootstrap JSON run reports; the direction comes from the reports unless given; ``level`` is the
+    tiers' (rankUB, tier)."""
     frame, higher = reports_frame(paths)
     if higher is True and lower_is_better:
         raise StabilityError("lower-is-better contradicts the reports, which state higherIsBetter: true")
@@ -53,7 +55,7 @@ def analyse_reports(
     res = paired_bootstrap(frame, lower_is_better=lower, resamples=resamples, seed=seed,
                            per_presentation=per_presentation,
                            prompt_variants=pv if pv["prompt_variant"].is_not_null().any() else None,
-                           where="reports")
+                           where="reports", level=level)
     head = {"column": label, "task": None, "metric": None, "perturbation": None,
             "direction": "lower" if lower else "higher"}
     return {**head, **res, "flagged": {}}  # run reports carry no degenerate-decision flags
@@ -76,13 +78,14 @@ def write_table1_stability(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     labels: Mapping[str, str] | None = None,
+    level: float = DEFAULT_LEVEL,
 ) -> dict[str, Any]:
     """The workflow step: metrics files -> table1.json + one ``<column>.svg`` per analysed column
     (variants shown by their Table 1 ``labels``; the JSON keeps the variant names)."""
     from presdep.report.stability_svg import write_stability_svg  # matplotlib only when drawing
 
     metrics_paths = list(metrics_paths)
-    result = analyse_table1(read_metrics(metrics_paths), resamples=resamples, seed=seed)
+    result = analyse_table1(read_metrics(metrics_paths), resamples=resamples, seed=seed, level=level)
     svg_dir = Path(svg_dir)
     svg_dir.mkdir(parents=True, exist_ok=True)
     for column, res in result["columns"].items():

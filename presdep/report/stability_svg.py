@@ -1,4 +1,5 @@
-"""SVG of one column's bootstrap: each variant's rank distribution and 95% rank interval.
+"""SVG of one column's bootstrap: each variant's rank distribution and 95% rank interval, its
+Rank(UB) and tier, the tiers drawn as alternating bands with a bracket each.
 
 1200 x 630 pixels (figsize 12 x 6.3 at dpi 100); matplotlib writes sizes in points,
 so the root element's width/height are rewritten to pixels (the viewBox keeps the
@@ -24,8 +25,10 @@ matplotlib.use("Agg")  # never needs a display; must precede any pyplot import e
 
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
 
 from presdep.contracts.schemas import write_text_atomic
+from presdep.report.stability_tiers import level_label
 
 WIDTH_PX, HEIGHT_PX = 1200, 630
 _DPI = 100
@@ -35,6 +38,22 @@ _FOOTER_CHARS = 200  # about the figure's width at font size 8
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+def _draw_tiers(ax, result: Mapping[str, Any], variants: list[str]) -> None:
+    """A shaded band for every other tier, a dashed line between tiers and a bracket per tier right of the axes."""
+    level = level_label(result["tierLevel"])
+    bracket = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes units, y in rows
+    row = {v: y for y, v in enumerate(variants)}
+    for k, members in enumerate(result["tiers"], start=1):
+        first, last = row[members[0]], row[members[-1]]
+        if k % 2:
+            ax.axhspan(first - 0.5, last + 0.5, color="#eef1f7", zorder=0,
+                       label=f"tier (not separable at {level})" if k == 1 else None)
+        if k > 1:
+            ax.axhline(first - 0.5, color="#777777", linestyle="--", linewidth=1, zorder=1)
+        ax.plot([1.008, 1.018, 1.018, 1.008], [first - 0.35, first - 0.35, last + 0.35, last + 0.35],
+                transform=bracket, clip_on=False, color="#333333", linewidth=1.2)
 
 
 def stability_figure(result: Mapping[str, Any], title: str | None = None,
@@ -60,6 +79,7 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None,
                 solid_capstyle="butt", label="95% rank interval" if y == 0 else None)
         ax.plot([result["rank"][v]], [base], marker="D", color="black", markersize=6, zorder=4,
                 label="full-sample rank" if y == 0 else None)
+    _draw_tiers(ax, result, variants)
     ax.set_yticks(range(n))
     ax.set_yticklabels([(labels or {}).get(v, v) for v in variants])
     ax.set_ylim(n - 0.5, -0.5)
@@ -70,12 +90,14 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None,
     ax.grid(axis="x", color="#dddddd", zorder=0)
     fig.legend(loc="lower left", fontsize=9, frameon=False, bbox_to_anchor=(0.735, 0.0))
 
-    # A side table with the numbers the bars summarise.
-    fig.text(0.74, 0.865, "mean [95% interval]     P(first)", fontsize=9, weight="bold")
+    # A side table with the numbers the bars summarise, and each row's Rank(UB) and tier.
+    fig.text(0.74, 0.865, f"{'mean':>5} {'[95% interval]':^14} {'P(1st)':>6} {'UB':>3} {'tier':>4}",
+             fontsize=9, weight="bold", family="monospace")
     for y, v in enumerate(variants):
         lo, hi = result["meanInterval95"][v]
         yy = ax.transData.transform((0, y))[1] / fig.bbox.height
-        fig.text(0.74, yy, f"{_fmt(result['mean'][v])} [{_fmt(lo)}, {_fmt(hi)}]   {_fmt(result['probabilityFirst'][v])}",
+        fig.text(0.74, yy, f"{_fmt(result['mean'][v]):>5} [{_fmt(lo):>5}, {_fmt(hi):>5}] "
+                 f"{_fmt(result['probabilityFirst'][v]):>6} {result['rankUB'][v]:>3} {result['tier'][v]:>4}",
                  fontsize=9, va="center", family="monospace")
 
     column = result.get("column", "column")
@@ -91,6 +113,9 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None,
         f"mean Kendall tau-b {_fmt(result['meanKendallTau'])}",
     ] if x)
     fig.text(0.5, 0.905, sub, ha="center", fontsize=10)
+    level = level_label(result["tierLevel"])
+    fig.text(0.46, 0.872, f"{len(result['tiers'])} tier(s) at {level} (bands, brackets); "
+             "UB = Rank(UB) = 1 + rows significantly better", ha="center", fontsize=9)
     for i, line in enumerate(_footer_lines(result)):
         fig.text(0.01, 0.012 + 0.025 * i, line, fontsize=8, color="#8b0000")
     return fig

@@ -22,6 +22,7 @@ from presdep.config.records import Variant
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_text_atomic
+from presdep.metrics.position_rows import slot_test_cells
 from presdep.metrics.rerank_rows import (
     COUNTED_WARNINGS,
     DEGENERATE_FLAGS,
@@ -29,7 +30,7 @@ from presdep.metrics.rerank_rows import (
     flag_place,
     raised_flags,
 )
-from presdep.report import diagnosis
+from presdep.report import diagnosis, flip_causes
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +238,16 @@ def _tie_notes(name: str, variant: Variant, row: Mapping, tie: Mapping[str, floa
     return notes
 
 
+def _flips_by_label(counts: pl.DataFrame, variants: Mapping[str, Variant]) -> dict[str, dict[str, dict]]:
+    """label -> {decision column: its flips and cause shares} from the counts file."""
+    out: dict[str, dict[str, dict]] = {}
+    hit = counts.filter(pl.col("column").is_in(list(flip_causes.DECISION_OF)) & pl.col("flips").is_not_null())
+    for r in hit.iter_rows(named=True):
+        if r["variant"] in variants:
+            out.setdefault(variants[r["variant"]].label, {})[r["column"]] = {c: r[c] for c in flip_causes.CAUSE_COLUMNS}
+    return out
+
+
 def _tie_rates_by_label(counts: pl.DataFrame, variants: Mapping[str, Variant]) -> dict[str, dict[str, float]]:
     """label -> {tau-PSI column: tie rate > 0} from the counts file (rows of table1.md are labels)."""
     out: dict[str, dict[str, float]] = {}
@@ -255,6 +266,8 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
     noise = cell_values(metrics, _NOISE_COLUMNS)
     ties = cell_values(metrics, _TIE_COLUMNS)
     diag = {m: cell_values(metrics, diagnosis.diagnostic_columns(m)) for m in diagnosis.DIAGNOSTICS}
+    slot_tests = slot_test_cells(metrics)
+    ledgers = flip_causes.ledger_counts(metrics)
     rows, counts = [], []
     for name, v in variants.items():
         row: dict = {"variant": name}
@@ -277,10 +290,13 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
                                "tau_psi_noise": _noise_cell(noise, name, column),
                                "tie_rate": _noise_cell(ties, name, column),
                                **_diagnostic_counts(diag, name, column, row[column]),
+                               **_slot_counts(slot_tests, name, column),
+                               **flip_causes.cell_causes(ledgers, name, column),
                                "source": SOURCES[column], "warnings": warn})
                 if column in diagnosis.TAU_PSI_COLUMNS and not v.capabilities.integer_grades:
                     said = diagnosis.meaning(column, row[column],
-                                             {m: _noise_cell(d, name, column) for m, d in diag.items()})
+                                             {**{m: _noise_cell(d, name, column) for m, d in diag.items()},
+                                              **_slot_counts(slot_tests, name, column)})
                     if said:
                         notes.append(said)
         row["label"] = v.label
@@ -297,6 +313,8 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
                     "passes_per_query": pl.Float64, "tau_psi_noise": pl.Float64, "tie_rate": pl.Float64,
                     "chance": pl.Float64, "vs_chance": pl.Float64,
                     **{m: pl.Float64 for m in diagnosis.DIAGNOSTICS},
+                    "slot_share_chance": pl.Float64, "slot_p_value": pl.Float64,
+                    **{c: pl.Float64 for c in flip_causes.CAUSE_COLUMNS},
                     "source": pl.String, "warnings": pl.String}
     return table, pl.DataFrame(counts, schema=count_schema)
 
@@ -311,31 +329,48 @@ def _diagnostic_counts(diag: Mapping[str, pl.DataFrame], variant: str, column: s
             **{m: _noise_cell(d, variant, column) for m, d in diag.items()}}
 
 
+def _slot_counts(tests: pl.DataFrame, variant: str, column: str) -> dict[str, float | None]:
+    """A headline tau-PSI cell's slot test: chance level of the slot share and the permutation p-value
+    (docs/methods/position.md); None for other cells."""
+    if column not in diagnosis.TAU_PSI_COLUMNS:
+        return {"slot_share_chance": None, "slot_p_value": None}
+    return diagnosis.slot_test_cell(tests, variant, TABLE1_COLUMNS[column].task)
+
+
 def _noise_cell(noise: pl.DataFrame, variant: str, column: str) -> float | None:
     hit = noise.filter((pl.col("variant") == variant) & (pl.col("column") == column))
     return float(hit["value"][0]) if hit.height else None
 
 
 def bsc_curve(metrics: pl.DataFrame) -> pl.DataFrame:
-    """BSC's K-curve (perturbations bsc_curve_k{K}): variant, task, K, metric, value (mean over
-    datasets within a seed, then over seeds), datasets, seeds."""
-    schema = {"variant": pl.String, "task": pl.String, "K": pl.Int64, "metric": pl.String,
-              "value": pl.Float64, "datasets": pl.Int64, "seeds": pl.Int64}
+    """BSC's K-curve (perturbations bsc_curve_k{K}, rule "fixed") and adaptive BSC beside it
+    (bsc_adaptive_r{r}, rule "adaptive": shuffles added until the decision holds for r additions,
+    docs/methods/bsc.md): variant, task, rule, K, r, metric, value (mean over datasets within a
+    seed, then over seeds), datasets, seeds. K is null on adaptive rows, r on fixed ones."""
+    schema = {"variant": pl.String, "task": pl.String, "rule": pl.String, "K": pl.Int64, "r": pl.Int64,
+              "metric": pl.String, "value": pl.Float64, "datasets": pl.Int64, "seeds": pl.Int64}
     if metrics.height == 0:
         return pl.DataFrame(schema=schema)
+    pert = pl.col("perturbation")
     m = metrics.filter(
-        pl.col("perturbation").str.starts_with("bsc_curve_k") & pl.col("query_id").is_null()
+        (pert.str.starts_with("bsc_curve_k") | pert.str.starts_with("bsc_adaptive_r")) & pl.col("query_id").is_null()
         & pl.col("value").is_not_null()
     )
     if m.height == 0:
         return pl.DataFrame(schema=schema)
-    m = m.with_columns(pl.col("perturbation").str.strip_prefix("bsc_curve_k").cast(pl.Int64).alias("K"),
-                       pl.col("seed").fill_null(-1))
-    keys = ["variant", "task", "K", "metric"]
+    fixed = pert.str.starts_with("bsc_curve_k")
+    m = m.with_columns(
+        pl.when(fixed).then(pl.lit("fixed")).otherwise(pl.lit("adaptive")).alias("rule"),
+        pl.when(fixed).then(pert.str.strip_prefix("bsc_curve_k")).cast(pl.Int64, strict=False).alias("K"),
+        pl.when(~fixed).then(pert.str.strip_prefix("bsc_adaptive_r")).cast(pl.Int64, strict=False).alias("r"),
+        pl.col("seed").fill_null(-1))
+    keys = ["variant", "task", "rule", "K", "r", "metric"]
     by_seed = m.group_by(*keys, "seed").agg(pl.col("value").mean(), pl.col("dataset").n_unique().alias("datasets"))
     out = by_seed.group_by(*keys).agg(pl.col("value").mean(), pl.col("datasets").max(),
                                       pl.col("seed").n_unique().alias("seeds"))
-    return out.select(list(schema)).cast(schema).sort(keys)
+    return out.select(list(schema)).cast(schema).sort("variant", "task", "rule", "K", "r", "metric",
+                                                      descending=[False, False, True, False, False, False],
+                                                      nulls_last=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -352,7 +387,8 @@ def _cell_text(row: Mapping, column: str, tied: Mapping[str, float]) -> str:
 
 def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
                 skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = (),
-                tie_rates: Mapping[str, Mapping[str, float]] | None = None) -> str:
+                tie_rates: Mapping[str, Mapping[str, float]] | None = None,
+                flips: Mapping[str, Mapping[str, Mapping[str, float | None]]] | None = None) -> str:
     """Table 1 as Markdown: task columns that no variant filled are left out; datasets that
     could not be used here are named with their reason under the table, and so is every
     non-paper protocol rule the run used (``departures``). ``tie_rates`` (label -> {tau-PSI
@@ -380,7 +416,8 @@ def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
     )
     skipped = "".join(f"\nSkipped dataset {name}: {reason}\n" for name, reason in (skipped_datasets or {}).items())
     rules = "".join(f"\nNot the paper's protocol: {d}.\n" for d in departures)
-    return "\n".join(lines) + "\n" + legend + skipped + rules
+    why = flip_causes.causes_line(flips or {}, cols)
+    return "\n".join(lines) + "\n" + legend + why + skipped + rules
 
 
 def _read_metrics(metrics_paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -400,7 +437,8 @@ def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Var
     for d in departures:
         log.warning("not the paper's protocol: %s", d)
     write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets, departures=departures,
-                                          tie_rates=_tie_rates_by_label(counts, variants)))
+                                          tie_rates=_tie_rates_by_label(counts, variants),
+                                          flips=_flips_by_label(counts, variants)))
     write_text_atomic(out_counts, counts.write_csv())
     return table
 

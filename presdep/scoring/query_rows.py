@@ -54,7 +54,8 @@ def orders_for_query(
             if not shuffled:
                 continue
             for m in range(shuffle_count(v, p)):
-                order = shuffle_order(n, m, p.shuffle_rule, base_seed=seed, dataset=dataset, query_id=qid)
+                order = shuffle_order(n, m, p.shuffle_rule, base_seed=seed, dataset=dataset, query_id=qid, b=b,
+                                      chunking=v.chunking)
                 out.append((pert, m, order, v.chunking))
         elif pert == "within_chunk":
             for m in range(p.M):

@@ -120,6 +120,28 @@ def test_stability_route(server, tasks):
     assert code == 422 and "seed 0 appears in both" in err["detail"]
 
 
+def _constant_reports(scores: dict[str, float], n: int = 30) -> list[dict]:
+    """One report per model, the same score on every task: differences are constant, so separable or not by hand."""
+    return [{"model": m, "tasks": [{"id": f"t{i}", "score": s} for i in range(n)]} for m, s in scores.items()]
+
+
+def test_stability_route_carries_rank_ub_and_tiers(server):
+    reports = _constant_reports({"good": 1.0, "also-good": 1.0, "bad": 0.0})
+    code, res = server.call("POST", "/v1/stability", {"reports": reports, "seed": 2, "resamples": 200})
+    assert code == 200, res
+    # By hand: the two 1.0 rows are identical (one tier, nobody above them); 1.0 - 0.0 = 1 on every task.
+    assert res["tierLevel"] == 0.95
+    assert res["tiers"] == [["also-good", "good"], ["bad"]]
+    assert res["rankUB"] == {"also-good": 1, "good": 1, "bad": 3}
+    assert res["tier"] == {"also-good": 1, "good": 1, "bad": 2}
+    assert res["pairwise"]["good"]["bad"]["significantlyBetter"] is True
+    assert res["pairwise"]["good"]["also-good"]["significantlyBetter"] is False
+    # One code path: the route answers what the library's analysis of the same reports says.
+    from presdep.bench.limits import stability_of_reports
+
+    assert res == json.loads(json.dumps(stability_of_reports(reports, seed=2, resamples=200)))
+
+
 def test_over_size_upload_is_refused(server):
     big = {"id": "arith-01-v1", "answer": "x" * (LIMIT + 10)}
     code, err = server.call("POST", "/v1/score", big)

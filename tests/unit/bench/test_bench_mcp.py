@@ -86,6 +86,8 @@ def test_every_tool_through_the_stdio_client():
     assert out["runs"][1]["tasks"] == core.run("mock", tasks, seed=1, run=1)["report"]["tasks"]
     st = out["stab"]
     assert st["sharedItems"] == 60 and sum(st["probabilityFirst"].values()) == pytest.approx(1.0)
+    assert st["tierLevel"] == 0.95 and sorted(v for tier in st["tiers"] for v in tier) == sorted(st["variants"])
+    assert set(st["rankUB"]) == set(st["tier"]) == set(st["variants"])
     assert st["promptSensitivity"]["promptVariants"] == ["v1", "v2", "v3", "v4", "v5"]
     assert out["prov"]["tasks"] == 300 and out["prov"]["seed"] == 20250617
 
@@ -283,6 +285,23 @@ def test_score_stability_takes_failed_tasks_and_refuses_an_incomplete_run():
                                                 "resamples": 20})
     with pytest.raises(ToolError, match="invalid reports/0/tasks/0/score"):
         call_tool(handlers, "score_stability", {"reports": [{"model": "a", "tasks": [{"id": "x", "score": 2}]}]})
+
+
+def test_score_stability_carries_rank_ub_and_tiers_like_the_http_route():
+    from fastapi.testclient import TestClient
+
+    from presdep.bench import http_api
+    from presdep.bench.mcp_server import call_tool, make_handlers
+
+    # Constant scores per model: 1.0 - 0.0 = 1 on every task (separable), two identical 1.0 rows (not).
+    reports = [{"model": m, "tasks": [{"id": f"t{i}", "score": s} for i in range(30)]}
+               for m, s in {"good": 1.0, "also-good": 1.0, "bad": 0.0}.items()]
+    out = call_tool(make_handlers(), "score_stability", {"reports": reports, "seed": 2, "resamples": 200})
+    assert out["tierLevel"] == 0.95 and out["tiers"] == [["also-good", "good"], ["bad"]]
+    assert out["rankUB"] == {"also-good": 1, "good": 1, "bad": 3}
+    assert out["tier"] == {"also-good": 1, "good": 1, "bad": 2}
+    r = TestClient(http_api.create_app()).post("/v1/stability", json={"reports": reports, "seed": 2, "resamples": 200})
+    assert r.status_code == 200 and r.json() == json.loads(json.dumps(out))  # one JSON builder behind both
 
 
 # --- ids JSON-RPC forbids, non-finite numbers, the stability cost ------------------------------------

@@ -31,3 +31,11 @@ def test_each_named_option_is_reported():
     assert got[0].startswith("shuffles drawn per query") and got[0].endswith(": synthetic")
     assert got[1].endswith(": synthetic-qa (2)")
     assert "lenient extraction" in got[2]
+
+
+def test_the_cyclic_design_is_named_as_itself_not_as_per_query_shuffles():
+    raw = copy.deepcopy(load_yaml(REPO / "workflow_config.yaml"))
+    raw["datasets"]["synthetic"]["shuffle_rule"] = "cyclic"
+    got = departures(_cfg(raw))
+    assert got == ["shuffles are the cyclic design (shuffle_rule cyclic: rotations inside fixed prompts), not "
+                   "random.Random(m) of the first-stage list: synthetic"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import polars as pl
@@ -437,16 +438,19 @@ def test_single_shuffle_gives_null_instability():
 
 
 # The position diagnostics of the raw shuffles (presdep.metrics.position; tested in test_position.py).
-POSITION = {"spearman_slot_score", "spearman_score_grade", "var_share_doc", "var_share_slot", "var_share_residual"}
+POSITION = {"spearman_slot_score", "spearman_score_grade", "var_share_doc", "var_share_slot", "var_share_residual",
+            "slot_share_chance"}
 
 
 def _names(out: pl.DataFrame, pert: str) -> set[str]:
     """The metric names of a perturbation, the slot profile's per-slot rows folded into one check."""
     names = set(out.filter(pl.col("perturbation") == pert)["metric"])
-    slots = {n for n in names if n.startswith("slot_")}
+    slots = {n for n in names if n.startswith("slot_") and n not in POSITION}
     if pert == "random_shuffle":
-        kinds = {n.rsplit("_s", 1)[0] for n in slots}
-        assert kinds == {"slot_mean", "slot_ci95", "slot_centred_mean", "slot_centred_ci95"}, kinds
+        kinds = {re.sub(r"_s\d+$", "", n) for n in slots}  # the slot test's two rows are aggregate-only
+        assert kinds == {"slot_mean", "slot_ci95", "slot_centred_mean", "slot_centred_ci95",
+                         "slot_centred_ci95_clustered_low", "slot_centred_ci95_clustered_high",
+                         "slot_p_value", "slot_share_null_mean"}, kinds
     else:
         assert not slots
     return names - slots

@@ -50,7 +50,10 @@ def test_the_figure_is_drawn_byte_stable_and_the_identity_line_is_flat(tmp_path)
         position_figure(p, d / "p.svg", d / "p.png")
     assert (a / "p.svg").read_bytes() == (b / "p.svg").read_bytes()
     assert (a / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "First stage (slot share 0.00)" in (a / "p.svg").read_text()
+    # the legend: the share, its chance level at this M and depth, and the permutation test's p-value
+    chance = p["slot_chance"][0]
+    assert 0 < chance < 1 and p["slot_p"][0] == 1.0
+    assert f"First stage (slot share 0.00, chance {chance:.2f}; p = 1)" in (a / "p.svg").read_text()
 
 
 def test_no_slot_rows_say_so_in_the_figure(tmp_path):

@@ -113,7 +113,18 @@ def test_bsc_curve_and_files(tmp_path):
 def test_bsc_curve_without_metrics_files_is_a_header(tmp_path):
     out = tmp_path / "bsc.csv"
     write_bsc_curve([], out)
-    assert out.read_text() == "variant,task,K,metric,value,datasets,seeds\n"
+    assert out.read_text() == "variant,task,rule,K,r,metric,value,datasets,seeds\n"
+
+
+def test_adaptive_bsc_rows_sit_beside_the_k_curve():
+    adaptive = pl.DataFrame([
+        {"dataset": d, "task": "rerank", "variant": "bsc", "seed": None, "perturbation": "bsc_adaptive_r2",
+         "query_id": None, "metric": "agreement", "value": v} for d, v in (("a", 1.0), ("b", 0.5))])
+    curve = bsc_curve(pl.concat([_metrics(), adaptive.cast(_metrics().schema)]))
+    assert curve.filter(pl.col("rule") == "fixed").select("K", "r", "value").rows() == [
+        (1, None, pytest.approx(0.5)), (2, None, pytest.approx(0.3))]
+    assert curve.filter(pl.col("rule") == "adaptive").select("K", "r", "metric", "value", "datasets").rows() == [
+        (None, 2, "agreement", pytest.approx(0.75), 2)]
 
 
 def test_degenerate_threshold_fires_from_scores_to_counts(caplog):

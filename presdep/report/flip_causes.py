@@ -1,0 +1,74 @@
+"""Why a Table 1 decision cell's decisions flipped: the shares of the flip ledger's causes
+(docs/methods/flip-ledger.md), pooled over the cell's datasets and seeds by adding counts.
+
+The metrics job writes each run's ledger counts as aggregate rows of perturbation
+``flip_ledger`` (presdep.metrics.ledger_rows); a cell's share of a cause is the sum of its
+counts over the cell's runs divided by the sum of their flips. The counts file carries the
+flips and the shares of every decision cell; table1.md carries one line naming, per row, the
+causes of its decision flips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS
+from presdep.metrics.flip_ledger import CAUSES
+from presdep.metrics.ledger_rows import LEDGER_PERTURBATION
+
+# The ledger decision behind each Table 1 decision column.
+DECISION_OF = {"rerank_jaccard": "retained", "qa_answer_flip": "answer", "resp_pair_flip": "pair"}
+CAUSE_COLUMNS = ("flips", *(f"flip_{c}" for c in CAUSES))
+
+
+def ledger_counts(metrics: pl.DataFrame) -> pl.DataFrame:
+    """variant, task, metric, value: each ledger count summed over the variant's datasets and seeds."""
+    rows = metrics.filter((pl.col("perturbation") == LEDGER_PERTURBATION) & pl.col("query_id").is_null()
+                          & pl.col("value").is_not_null())
+    return rows.group_by("variant", "task", "metric").agg(pl.col("value").sum())
+
+
+def cell_causes(counts: pl.DataFrame, variant: str, column: str) -> dict[str, float | None]:
+    """The counts file's flip columns of one cell: its flips and each cause's share (None when the
+    column is no decision cell or the run has no ledger; shares None when nothing flipped)."""
+    empty: dict[str, float | None] = {c: None for c in CAUSE_COLUMNS}
+    decision = DECISION_OF.get(column)
+    if decision is None:
+        return empty
+    mine = counts.filter((pl.col("variant") == variant) & (pl.col("task") == TABLE1_COLUMNS[column].task))
+    got = dict(zip(mine["metric"], mine["value"]))
+    flips = got.get(f"{decision}_flips")
+    if flips is None:
+        return empty
+    out: dict[str, float | None] = {"flips": float(flips)}
+    for cause in CAUSES:
+        out[f"flip_{cause}"] = got.get(f"{decision}_{cause}", 0.0) / flips if flips else None
+    return out
+
+
+def causes_text(causes: Mapping[str, float | None]) -> str:
+    """'204 flips: slot 41%, content 59%' (causes with a share above 0, in the ledger's order)."""
+    flips = causes.get("flips")
+    if not flips:
+        return "no flips" if flips == 0 else ""
+    said = [f"{c} {causes[f'flip_{c}']:.0%}" for c in CAUSES if causes.get(f"flip_{c}")]
+    return f"{int(flips)} flips: {', '.join(said)}"
+
+
+def causes_line(by_label: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+                columns: Sequence[str]) -> str:
+    """table1.md's one line: per row and decision column, why its decisions flipped ('' if no ledger)."""
+    parts = []
+    for label, cells in by_label.items():
+        said = [f"{COLUMN_TITLES[c]} {causes_text(cells[c])}" for c in columns if c in cells and causes_text(cells[c])]
+        if said:
+            parts.append(f"{label}: {'; '.join(said)}")
+    if not parts:
+        return ""
+    return ("\nWhy decisions flipped (first cause of each flip: tie, noise, parse, slot, companions, content; "
+            "docs/methods/flip-ledger.md): " + " | ".join(parts) + ".\n")
+
+
+__all__ = ["CAUSE_COLUMNS", "DECISION_OF", "causes_line", "causes_text", "cell_causes", "ledger_counts"]
