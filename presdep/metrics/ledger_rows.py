@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from presdep.metrics.flip_ledger import CAUSES, DECISIONS, LEDGER_SCHEMA, flip_ledger, ledger_shares
+from presdep.metrics.flip_ledger import CAUSES, DECISIONS, LEDGER_SCHEMA, TESTED_CAUSES, flip_ledger, ledger_shares
 
 LEDGER_PERTURBATION = "flip_ledger"
 
@@ -28,12 +28,17 @@ def run_ledger(scores: pl.DataFrame, task: str, *, thresholds: Mapping[str, Any]
 
 
 def ledger_metric_rows(ledger: pl.DataFrame, task: str) -> Iterator[tuple[str, None, str, float]]:
-    """(perturbation, query_id, metric, value): per decision of the task, its flips and each cause's count."""
+    """(perturbation, query_id, metric, value): per decision of the task, its flips, each cause's count
+    and, per tested cause, the number of flips it could be tested on (0: no batch_noise rows, no
+    within-chunk rows, no repair flags)."""
     for decision in DECISIONS[task]:
         shares = ledger_shares(ledger, decision)
         yield LEDGER_PERTURBATION, None, f"{decision}_flips", shares["flips"]
         for cause in CAUSES:
             yield LEDGER_PERTURBATION, None, f"{decision}_{cause}", shares[f"{cause}_count"]
+        for cause in TESTED_CAUSES:  # how many of the flips the cause could be tested on
+            tested = shares[f"{cause}_evaluable"] * shares["flips"] if shares["flips"] else 0.0
+            yield LEDGER_PERTURBATION, None, f"{decision}_{cause}_tested", round(tested)
 
 
 __all__ = ["LEDGER_PERTURBATION", "ledger_metric_rows", "run_ledger"]

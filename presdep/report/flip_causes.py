@@ -4,7 +4,7 @@
 The metrics job writes each run's ledger counts as aggregate rows of perturbation
 ``flip_ledger`` (presdep.metrics.ledger_rows); a cell's share of a cause is the sum of its
 counts over the cell's runs divided by the sum of their flips. The counts file carries the
-flips and the shares of every decision cell; table1.md carries one line naming, per row, the
+flips and the shares of every decision cell, and the causes none of its flips could be tested on; table1.md carries one line naming, per row, the
 causes of its decision flips.
 """
 
@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS
-from presdep.metrics.flip_ledger import CAUSES
+from presdep.metrics.flip_ledger import CAUSES, TESTED_CAUSES
 from presdep.metrics.ledger_rows import LEDGER_PERTURBATION
 
 # The ledger decision behind each Table 1 decision column.
 DECISION_OF = {"rerank_jaccard": "retained", "qa_answer_flip": "answer", "resp_pair_flip": "pair"}
-CAUSE_COLUMNS = ("flips", *(f"flip_{c}" for c in CAUSES))
+CAUSE_COLUMNS = ("flips", *(f"flip_{c}" for c in CAUSES), "flip_untested")
 
 
 def ledger_counts(metrics: pl.DataFrame) -> pl.DataFrame:
@@ -30,10 +30,10 @@ def ledger_counts(metrics: pl.DataFrame) -> pl.DataFrame:
     return rows.group_by("variant", "task", "metric").agg(pl.col("value").sum())
 
 
-def cell_causes(counts: pl.DataFrame, variant: str, column: str) -> dict[str, float | None]:
+def cell_causes(counts: pl.DataFrame, variant: str, column: str) -> dict[str, float | str | None]:
     """The counts file's flip columns of one cell: its flips and each cause's share (None when the
     column is no decision cell or the run has no ledger; shares None when nothing flipped)."""
-    empty: dict[str, float | None] = {c: None for c in CAUSE_COLUMNS}
+    empty: dict[str, float | str | None] = {c: None for c in CAUSE_COLUMNS}
     decision = DECISION_OF.get(column)
     if decision is None:
         return empty
@@ -42,9 +42,13 @@ def cell_causes(counts: pl.DataFrame, variant: str, column: str) -> dict[str, fl
     flips = got.get(f"{decision}_flips")
     if flips is None:
         return empty
-    out: dict[str, float | None] = {"flips": float(flips)}
+    out: dict[str, float | str | None] = {"flips": float(flips)}
     for cause in CAUSES:
         out[f"flip_{cause}"] = got.get(f"{decision}_{cause}", 0.0) / flips if flips else None
+    # A cause no flip of the cell could be tested on (no re-reads, no within-chunk shuffles): said,
+    # so its 0% is not read as "ruled out".
+    untested = [c for c in TESTED_CAUSES if flips and not got.get(f"{decision}_{c}_tested")]
+    out["flip_untested"] = " ".join(untested) if flips else None
     return out
 
 
@@ -54,7 +58,8 @@ def causes_text(causes: Mapping[str, float | None]) -> str:
     if not flips:
         return "no flips" if flips == 0 else ""
     said = [f"{c} {causes[f'flip_{c}']:.0%}" for c in CAUSES if causes.get(f"flip_{c}")]
-    return f"{int(flips)} flips: {', '.join(said)}"
+    untested = causes.get("flip_untested")
+    return f"{int(flips)} flips: {', '.join(said)}" + (f" ({untested.replace(' ', ', ')} untested)" if untested else "")
 
 
 def causes_line(by_label: Mapping[str, Mapping[str, Mapping[str, float | None]]],

@@ -314,7 +314,7 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
                     "chance": pl.Float64, "vs_chance": pl.Float64,
                     **{m: pl.Float64 for m in diagnosis.DIAGNOSTICS},
                     "slot_share_chance": pl.Float64, "slot_p_value": pl.Float64,
-                    **{c: pl.Float64 for c in flip_causes.CAUSE_COLUMNS},
+                    **{c: pl.String if c == "flip_untested" else pl.Float64 for c in flip_causes.CAUSE_COLUMNS},
                     "source": pl.String, "warnings": pl.String}
     return table, pl.DataFrame(counts, schema=count_schema)
 

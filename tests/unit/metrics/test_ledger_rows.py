@@ -52,3 +52,5 @@ def test_the_metrics_job_writes_the_ledger_and_its_counts(tmp_path):
         assert got[f"{decision}_flips"] == shares["flips"]
         assert sum(got[f"{decision}_{c}"] for c in CAUSES) == shares["flips"]
     assert got["retained_slot"] > 0.5 * got["retained_flips"], "a first-slot bonus flips by the slot"
+    assert got["retained_noise_tested"] == 0 and got["retained_parse_tested"] == 0, "no re-reads, no repair flags"
+    assert got["retained_slot_tested"] == got["retained_flips"]

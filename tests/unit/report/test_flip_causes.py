@@ -20,6 +20,10 @@ def _ledger_rows(dataset: str, counts: dict[str, float], flips: float) -> list[t
     rows = [(dataset, "rerank", "v", None, "flip_ledger", None, "retained_flips", flips)]
     rows += [(dataset, "rerank", "v", None, "flip_ledger", None, f"retained_{c}", counts.get(c, 0.0))
              for c in ("tie", "noise", "parse", "slot", "companions", "content")]
+    # noise was testable in dataset b only, parse and companions nowhere
+    rows += [(dataset, "rerank", "v", None, "flip_ledger", None, f"retained_{c}_tested", tested)
+             for c, tested in (("tie", flips), ("noise", flips if dataset == "b" else 0.0), ("parse", 0.0),
+                               ("slot", flips), ("companions", 0.0))]
     return rows
 
 
@@ -38,9 +42,9 @@ def test_a_cell_pools_its_datasets_by_adding_counts():
     got = flip_causes.cell_causes(counts, "v", "rerank_jaccard")
     # 50 flips in all: slot 30, content 15, noise 5 (not the mean of the two datasets' shares)
     assert got == {"flips": 50.0, "flip_tie": 0.0, "flip_noise": 0.1, "flip_parse": 0.0, "flip_slot": 0.6,
-                   "flip_companions": 0.0, "flip_content": 0.3}
+                   "flip_companions": 0.0, "flip_content": 0.3, "flip_untested": "parse companions"}
     assert flip_causes.cell_causes(counts, "v", "rerank_ndcg10")["flips"] is None, "no decision cell"
-    assert flip_causes.causes_text(got) == "50 flips: noise 10%, slot 60%, content 30%"
+    assert flip_causes.causes_text(got) == "50 flips: noise 10%, slot 60%, content 30% (parse, companions untested)"
 
 
 def test_the_counts_file_and_table1_md_carry_the_causes():
@@ -50,7 +54,8 @@ def test_the_counts_file_and_table1_md_carry_the_causes():
     assert (row["flips"], row["flip_slot"], row["flip_content"]) == (50.0, 0.6, 0.3)
     md = to_markdown(table, flips={"My scorer": {"rerank_jaccard": {c: row[c] for c in flip_causes.CAUSE_COLUMNS}}})
     why = [ln for ln in md.splitlines() if ln.startswith("Why decisions flipped")]
-    assert len(why) == 1 and why[0].endswith("My scorer: Jacc. 50 flips: noise 10%, slot 60%, content 30%.")
+    assert len(why) == 1 and why[0].endswith(
+        "My scorer: Jacc. 50 flips: noise 10%, slot 60%, content 30% (parse, companions untested).")
 
 
 @pytest.mark.parametrize("share, p, said", [
