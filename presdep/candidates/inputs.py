@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 from presdep.config.paths import QUERY_LIST_KEYS
 from presdep.config.records import Dataset
+from presdep.data.beir import beir_qrels_path
+from presdep.data.corpus import beir_corpus_file, beir_queries_file
 
 
 class DatasetFile(NamedTuple):
@@ -27,14 +29,18 @@ class DatasetFile(NamedTuple):
 
 
 def _beir_files(folder: str, stem: str, split: str | None) -> list[str]:
-    """The files a BEIR reader opens for ``folder`` (the path itself when it is a file or absent)."""
-    p = Path(folder)
-    if not p.is_dir():
+    """The files a BEIR reader opens for ``folder`` (the path itself when it is a file, absent, or a
+    folder without the file: its reader then says what is missing)."""
+    if not Path(folder).is_dir():
         return [folder]
-    found = [str(p / n) for n in (f"{stem}.jsonl", f"{stem}.jsonl.gz") if (p / n).is_file()][:1]
-    if stem == "queries" and split and (p / "qrels" / f"{split}.tsv").is_file():
-        found.append(str(p / "qrels" / f"{split}.tsv"))  # the judged queries of the split are kept
-    return found or [folder]
+    try:
+        found = [str(beir_corpus_file(folder) if stem == "corpus" else beir_queries_file(folder))]
+    except FileNotFoundError:
+        return [folder]
+    qrels = beir_qrels_path(folder, split) if stem == "queries" and split else None
+    if qrels is not None and qrels.is_file():
+        found.append(str(qrels))  # the judged queries of the split are kept (read_beir_queries)
+    return found
 
 
 def _source_files(name: str, key: str, source: Any, stem: str) -> Iterator[DatasetFile]:
@@ -73,8 +79,8 @@ def dataset_files(dataset: str, spec: Mapping[str, Any]) -> list[DatasetFile]:
     qrels = spec.get("qrels") or {}
     if qrels.get("path") and qrels.get("format") != "irds":
         path = str(qrels["path"])
-        if qrels.get("format") == "beir" and Path(path).is_dir():
-            path = str(Path(path) / "qrels" / f"{qrels['split']}.tsv")  # validated: the schema fills split
+        if qrels.get("format") == "beir":
+            path = str(beir_qrels_path(path, qrels["split"]))  # validated: the schema fills split
         out.append(DatasetFile("qrels_src", f"{where}.qrels.path", path))
     for key in QUERY_LIST_KEYS:
         lst = spec.get(key)

@@ -25,7 +25,8 @@ from presdep.config.load import merge_config_files
 from presdep.config.records import TrainingSettings, WorkflowConfig
 from presdep.config.yaml_io import load_yaml
 from presdep.contracts.errors import ConfigError
-from presdep.training.memory_model import ModelShape, known_shape, micro_batch_budget, predict_peak
+from presdep.report.plan_shapes import shape_of
+from presdep.training.memory_model import ModelShape, micro_batch_budget, predict_peak
 from presdep.training.micro_batches import GIB, checkpointing_on, memory_settings, pad_mask_on
 
 # Nominal memory of common training GPUs, in GB (10^9 bytes) as vendors state it: below what
@@ -112,19 +113,13 @@ def training_settings(cfg: WorkflowConfig, variant: str, lam: float) -> Training
 
 
 def model_shape(cfg: WorkflowConfig, model: str, resources: Path) -> tuple[ModelShape, str]:
-    """A model's shape: its fetched config.json, else the shapes the memory constants record."""
-    local = resources / "models" / model / "config.json"
-    if local.is_file():
-        import json
-
-        return ModelShape.from_config(json.loads(local.read_text())), str(local)
-    entry = cfg.model(model)
-    repo = entry.get("id") or entry.get("path")
-    shape = known_shape(str(repo)) if repo else None
+    """A model's shape: its fetched config.json, else a recorded shape (plan_shapes.shape_of)."""
+    shape, source = shape_of(cfg.model(model), model, resources)
     if shape is None:
-        raise ConfigError(f"model {model!r} ({repo}): no config.json at {local} and no recorded shape; fetch it "
-                          f"first (snakemake --cores 1 {local.parent}) so the plan can read its layer sizes")
-    return shape, f"recorded shape of {repo}"
+        local = resources / "models" / model / "config.json"
+        raise ConfigError(f"{source}; fetch it first (snakemake --cores 1 {local.parent}) so the plan can read its "
+                          "layer sizes")
+    return shape, source
 
 
 def plan_training(cfg: WorkflowConfig, *, profiles: Sequence[str | Path] = (), resources: str | Path = "resources",
