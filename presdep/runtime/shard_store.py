@@ -177,10 +177,12 @@ class ShardStore:
         shard meanwhile; the next refresh sees that one) or it was quarantined."""
         try:
             before = os.stat(path)
-            with open(path, "rb") as fh:  # one open: the footer's identity and the rows come from one file
-                writer = (pq.read_metadata(fh).metadata or {}).get(IDENTITY_META)
-                fh.seek(0)
-                table = pq.read_table(fh, schema=self.SCHEMA, page_checksum_verification=True)
+            # One open, by path: the footer's identity and the rows come from one file. (A Python file
+            # object here would have Arrow's reader threads call back into Python, which could abort
+            # the interpreter at exit.)
+            with pq.ParquetFile(path, page_checksum_verification=True) as pf:
+                writer = (pf.metadata.metadata or {}).get(IDENTITY_META)
+                table = pf.read().select(self.SCHEMA.names).cast(self.SCHEMA)
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - whatever the damage, the shard is not trusted
