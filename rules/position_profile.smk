@@ -9,7 +9,7 @@ rule position_profile:
     input:
         metrics=metrics_files(),
     output:
-        svg=report(f"{RESULTS}/position_profile.svg", caption="report/position_profile.rst", category="Figures"),
+        svg=report(f"{RESULTS}/position_profile.svg", caption="report/position_profile.rst", category="Position profile"),
         png=f"{RESULTS}/position_profile.png",
     params:
         labels={name: v.label for name, v in CFG.variants.items()},

@@ -6,7 +6,14 @@ rule stability:
         metrics=metrics_files(),
     output:
         json=f"{RESULTS}/stability/table1.json",
-        svg_dir=directory(f"{RESULTS}/stability/svg"),
+        # one <column>.svg per analysed Table 1 column, each a report entry with its column as label
+        svg_dir=report(
+            directory(f"{RESULTS}/stability/svg"),
+            patterns=["{column}.svg"],
+            caption="report/stability.rst",
+            category="Stability",
+            labels={"Table 1 column": "{column}"},
+        ),
     params:
         resamples=CFG.stability["resamples"],
         seed=CFG.stability["seed"],

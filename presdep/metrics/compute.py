@@ -37,6 +37,7 @@ from presdep.contracts.views import (
 from presdep.metrics import instability, quality
 from presdep.metrics.blocks import Block, build_blocks
 from presdep.metrics.bsc import curve_rows
+from presdep.metrics.design_rows import design_rows
 from presdep.metrics.ledger_rows import ledger_metric_rows, run_ledger
 from presdep.metrics.position_rows import add_position_rows
 from presdep.metrics.qa_rows import add_answer_rows, add_gold_slot_rows
@@ -158,6 +159,8 @@ def compute_metrics(
     if threshold is not None:
         add_threshold_rows(rows, threshold.artifact, blocks.get(RANDOM_SHUFFLE, []), qrels_d, threshold.test_queries)
     rows.add(RANDOM_SHUFFLE, None, "passes_per_query", _passes_per_query(scores))
+    for row in design_rows(scores):
+        rows.add(*row)
     _answer_rows(rows, answers, gold, task)
     if bsc_k > 1:
         _bsc_curve_rows(rows, scores, qrels, task=task, bsc_k=bsc_k, ensembles=ensembles, ks=bsc_curve,

@@ -1,10 +1,10 @@
 """What a tau-PSI cell means, in words, from the run's own diagnostics (docs/methods/position.md).
 
-Table 1's note for a row says when its tau-PSI is at the chance level of unrelated rankings,
-when its scores follow the slot rather than the document, and when the shuffle-averaged
-score does not follow the qrels. Each statement is made only when the number behind it
-crosses a stated threshold, and it quotes that number; the counts file carries the numbers
-for every tau-PSI cell whether or not a statement was made.
+Table 1's note for a row flags when its tau-PSI is at the chance level of unrelated rankings,
+when the slot moves its scores, and when the shuffle-averaged score does not follow the qrels
+(presdep.report.table1_notes words them). Each flag is raised only when the number behind it
+crosses a stated threshold; the counts file carries the numbers for every tau-PSI cell whether
+or not a flag was raised.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
+from presdep.contracts.columns import TABLE1_COLUMNS, Table1Column
 
 # tau-PSI of two unrelated random rankings: E[tau] = 0, so (1 - 0) / 2.
 CHANCE_TAU_PSI = 0.5
@@ -44,28 +44,20 @@ def _defined(x: float | None) -> bool:
     return x is not None and not math.isnan(x)
 
 
-def meaning(column: str, tau_psi: float | None, diag: Mapping[str, float | None]) -> str:
-    """The note's sentence for one tau-PSI cell ('' when nothing crosses a threshold)."""
-    parts = []
+def findings(tau_psi: float | None, diag: Mapping[str, float | None]) -> set[str]:
+    """The statements a tau-PSI cell's numbers support, each at its stated threshold:
+    "chance" (within AT_CHANCE of CHANCE_TAU_PSI), "slot" (the permutation test's p below
+    SLOT_ALPHA; without a p-value, a slot share of at least SLOT_DRIVEN) and "no grade signal"
+    (|Spearman of the shuffle-averaged score with the grade| below NO_GRADE_SIGNAL)."""
+    said = set()
     if _defined(tau_psi) and abs(tau_psi - CHANCE_TAU_PSI) <= AT_CHANCE:
-        parts.append(f"{tau_psi:.3f} is chance level (unrelated rankings give {CHANCE_TAU_PSI})")
-    share, rho_slot, rho_grade = (diag.get(m) for m in DIAGNOSTICS)
-    p_value, chance = diag.get("slot_p_value"), diag.get("slot_share_chance")
-    tested = _defined(p_value)
-    if (tested and p_value < SLOT_ALPHA) or (not tested and _defined(share) and share >= SLOT_DRIVEN):
-        extra = ([f"chance {chance:.0%}"] if _defined(chance) else []) + (
-            [f"Spearman of slot with score {rho_slot:+.2f}"] if _defined(rho_slot) else [])
-        slot = f"the slot explains {share:.0%} of the score variance across shuffles" if _defined(share) else ""
-        if extra:
-            slot += f" ({'; '.join(extra)})" if slot else "; ".join(extra)
-        lead = ("scores follow the slot, not the document" if _defined(share) and share >= SLOT_DRIVEN
-                else "the slot moves the scores")
-        if tested:
-            lead += f" (permutation test p = {p_value:.3g})"
-        parts.append(f"{lead}: {slot}" if slot else lead)
+        said.add("chance")
+    share, p_value, rho_grade = diag.get("var_share_slot"), diag.get("slot_p_value"), diag.get("spearman_score_grade")
+    if (p_value < SLOT_ALPHA) if _defined(p_value) else (_defined(share) and share >= SLOT_DRIVEN):
+        said.add("slot")
     if _defined(rho_grade) and abs(rho_grade) < NO_GRADE_SIGNAL:
-        parts.append(f"the shuffle-averaged score does not follow the qrels (Spearman with grade {rho_grade:+.2f})")
-    return f"{COLUMN_TITLES[column]}: " + "; ".join(parts) if parts else ""
+        said.add("no grade signal")
+    return said
 
 
 def slot_test_cell(tests: pl.DataFrame, variant: str, task: str) -> dict[str, float | None]:
@@ -85,4 +77,4 @@ def vs_chance(tau_psi: float | None) -> float | None:
 
 
 __all__ = ["AT_CHANCE", "CHANCE_TAU_PSI", "DIAGNOSTICS", "NO_GRADE_SIGNAL", "SLOT_ALPHA", "SLOT_DRIVEN",
-           "TAU_PSI_COLUMNS", "diagnostic_columns", "meaning", "slot_test_cell", "vs_chance"]
+           "TAU_PSI_COLUMNS", "diagnostic_columns", "findings", "slot_test_cell", "vs_chance"]

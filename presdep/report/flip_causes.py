@@ -4,7 +4,7 @@
 The metrics job writes each run's ledger counts as aggregate rows of perturbation
 ``flip_ledger`` (presdep.metrics.ledger_rows); a cell's share of a cause is the sum of its
 counts over the cell's runs divided by the sum of their flips. The counts file carries the
-flips and the shares of every decision cell, and the causes none of its flips could be tested on; table1.md carries one line naming, per row, the
+flips and the shares of every decision cell, and the causes none of its flips could be tested on; table1.md lists, per row, the
 causes of its decision flips.
 """
 
@@ -63,17 +63,18 @@ def causes_text(causes: Mapping[str, float | None]) -> str:
 
 
 def causes_line(by_label: Mapping[str, Mapping[str, Mapping[str, float | None]]],
-                columns: Sequence[str]) -> str:
-    """table1.md's one line: per row and decision column, why its decisions flipped ('' if no ledger)."""
+                columns: Sequence[str], docs: str = "../docs/methods/") -> str:
+    """table1.md's list: per row, why its decisions flipped, one line each ('' if no ledger).
+    ``docs``: the path from table1.md to docs/methods/."""
     parts = []
     for label, cells in by_label.items():
         said = [f"{COLUMN_TITLES[c]} {causes_text(cells[c])}" for c in columns if c in cells and causes_text(cells[c])]
         if said:
-            parts.append(f"{label}: {'; '.join(said)}")
+            parts.append(f"- {label}: {'; '.join(said)}")
     if not parts:
         return ""
-    return ("\nWhy decisions flipped (first cause of each flip: tie, noise, parse, slot, companions, content; "
-            "docs/methods/flip-ledger.md): " + " | ".join(parts) + ".\n")
+    return (f"\nWhy decisions flipped (the first cause of each flip: tie, noise, parse, slot, companions, content; "
+            f"[flip ledger]({docs}flip-ledger.md)):\n" + "\n".join(parts) + "\n")
 
 
 __all__ = ["CAUSE_COLUMNS", "DECISION_OF", "causes_line", "causes_text", "cell_causes", "ledger_counts"]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from presdep import __version__
@@ -21,7 +22,7 @@ from presdep.report.metric_columns import column_values
 from presdep.report.run_reports import export_report
 from presdep.report.stability_analysis import analyse_column
 from presdep.report.stability_io import analyse_reports, read_metrics, write_stability_json
-from presdep.report.stability_tiers import level_label
+from presdep.report.stability_tiers import level_label, significantly_better
 
 
 def register(subparsers: Any) -> None:
@@ -118,6 +119,7 @@ def _summary(label: str, res: dict) -> str:
                  f"first): {tiers}")
     for v, reasons in (res.get("flagged") or {}).items():
         lines.append(f"{v:<{width}}  left out (degenerate cell, not ranked): {'; '.join(reasons)}")
+    lines.extend(_pairwise_lines(res))
     ps = res.get("promptSensitivity")
     if ps:
         lines.append(f"rank per prompt variant ({', '.join(ps['promptVariants'])}):")
@@ -126,6 +128,53 @@ def _summary(label: str, res: dict) -> str:
             lo, hi = ps["rankRange"][v]
             lines.append(f"{v:<{width}}  {ranks}  (range {lo:g}-{hi:g})")
     return "\n".join(lines)
+
+
+def _preferred_side(a: str, b: str, interval: list[float], lower_is_better: bool) -> str | None:
+    """The row that a 95% interval of mean_a - mean_b, excluding 0, favours; None when it includes 0."""
+    # The tiers' own rule on the interval of a - b and on that of b - a ([-hi, -lo]): the same
+    # rounding, so the words agree with the JSON's significantlyBetter at 95%.
+    a_minus_b = np.asarray(interval, dtype=float).reshape(2, 1, 1)
+    if significantly_better(a_minus_b, lower_is_better)[0, 0]:
+        return a
+    if significantly_better(-a_minus_b[::-1], lower_is_better)[0, 0]:
+        return b
+    return None
+
+
+def _pairwise_lines(res: dict) -> list[str]:
+    """One line per unordered pair of ranked rows, a above b in ranking order: a - b, its 95% interval,
+    whether that interval excludes 0 and which row it favours; at a tier level other than 95% also
+    whether the rows separate at that level (the JSON's significantlyBetter)."""
+    variants, pairwise = res["variants"], res["pairwise"]
+    pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
+    if not pairs:
+        return []
+    level, lower = res["tierLevel"], res["direction"] == "lower"
+    at_95 = level == DEFAULT_LEVEL
+    criterion = "excludes 0 = significantly better" if at_95 else f"separable at {level_label(level)} as in the tiers"
+    header = (f"pairwise at {level_label(level)} (row above - row below: difference of means [95% interval]; "
+              f"{criterion}):")
+    names = [f"{a} - {b}" for a, b in pairs]
+    width = max(map(len, names))
+    cells = [[_signed(pairwise[a][b]["difference"]), *(_signed(x) for x in pairwise[a][b]["differenceInterval95"])]
+             for a, b in pairs]
+    num = max(len(c) for row in cells for c in row)
+    lines = [header]
+    for name, (a, b), (diff, lo, hi) in zip(names, pairs, cells):
+        cmp = pairwise[a][b]
+        side = _preferred_side(a, b, cmp["differenceInterval95"], lower)
+        verdict = "includes 0" if side is None else f"excludes 0 ({side} better)"
+        if not at_95:
+            winner = a if cmp["significantlyBetter"] else b if pairwise[b][a]["significantlyBetter"] else None
+            verdict += f"; at {level_label(level)}: " + ("not separable" if winner is None else f"{winner} better")
+        lines.append(f"{name:<{width}}  {diff:>{num}}  [{lo:>{num}}, {hi:>{num}}]  {verdict}")
+    return lines
+
+
+def _signed(x: float) -> str:
+    """'+0.0123'; a difference that rounds to zero prints +0.0000, never -0.0000."""
+    return format(round(x, 4) + 0.0, "+.4f")
 
 
 def run_stability(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -30,9 +31,15 @@ from presdep.metrics.rerank_rows import (
     flag_place,
     raised_flags,
 )
-from presdep.report import diagnosis, flip_causes
+from presdep.report import counts_columns, diagnosis, flip_causes, table1_footnote, table1_notes
+from presdep.report.slot_profiles import slot_profiles
+from presdep.report.table1_notes import RowFacts
 
 log = logging.getLogger(__name__)
+# The methods pages, from the workflow's directory (the repository root), and their path from a
+# results/table1.md that is not written by write_table1.
+DOCS_DIR = "docs/methods"
+DOCS = "../docs/methods/"
 
 # Tie-aware tau-PSI beside the paper's (headline) strict tau-a form: in the CSV, not the bootstrap.
 EXTRA_COLUMNS: dict[str, Table1Column] = {
@@ -40,10 +47,21 @@ EXTRA_COLUMNS: dict[str, Table1Column] = {
     "qa_tau_psi_b": Table1Column("qa", "tau_psi_b", "random_shuffle", "lower"),
     "resp_tau_psi_b": Table1Column("response", "tau_psi_b", "random_shuffle", "lower"),
 }
+# nDCG over the M shuffles beside each quality cell (its first-stage pass): per query the mean,
+# worst and best shuffle, then the cell's mean over queries. In the CSV and each row's note.
+SHUFFLED_QUALITY: dict[str, dict[str, str]] = {
+    task: {f"{column}_shuffle_{part}": f"{spec.metric.replace('@', '')}_shuffle_{part}"
+           for part in ("mean", "worst", "best")}
+    for column, spec in TABLE1_COLUMNS.items() if spec.metric.startswith("ndcg")
+    for task in (spec.task,)}
+EXTRA_COLUMNS.update({column: Table1Column(task, metric, "random_shuffle", "higher")
+                      for task, parts in SHUFFLED_QUALITY.items() for column, metric in parts.items()})
 ALL_COLUMNS: dict[str, Table1Column] = {**TABLE1_COLUMNS, **EXTRA_COLUMNS}
 TITLES = {**COLUMN_TITLES, "rerank_tau_psi": "tau-PSI (tau-a)", "qa_tau_psi": "QA tau-PSI (tau-a)",
           "resp_tau_psi": "Resp tau-PSI (tau-a)", "rerank_tau_psi_b": "tau-PSI-b",
-          "qa_tau_psi_b": "QA tau-PSI-b", "resp_tau_psi_b": "Resp tau-PSI-b"}
+          "qa_tau_psi_b": "QA tau-PSI-b", "resp_tau_psi_b": "Resp tau-PSI-b",
+          **{c: f"{COLUMN_TITLES[c.rsplit('_shuffle_', 1)[0]]} over shuffles ({c.rsplit('_', 1)[1]})"
+             for parts in SHUFFLED_QUALITY.values() for c in parts}}
 
 _TAU_A = "headline: strict rankings (ties by presented position), Kendall tau-a over all M(M-1)/2 shuffle pairs"
 _TAU_B = "not the headline: Kendall tau-b on raw scores (ties kept) over all shuffle pairs"
@@ -63,6 +81,9 @@ SOURCES = {
     "rerank_tau_psi_b": _TAU_B,
     "qa_tau_psi_b": _TAU_B,
     "resp_tau_psi_b": _TAU_B,
+    **{c: f"per query the {c.rsplit('_', 1)[1]} over the M random shuffles of each shuffle's single-pass "
+          "ranking (ties by presented position), then the mean over queries"
+       for parts in SHUFFLED_QUALITY.values() for c in parts},
 }
 # The counts file's `warnings`, in this order: the degenerate-decision flags (keeps every / no
 # candidate, t* at the grid's edge, mean retention above 0.90 / below 0.10, fewer than 10 test
@@ -165,16 +186,12 @@ def degenerate_note(column: str, reasons: Sequence[tuple[str, str, int | None]])
     return f"{COLUMN_TITLES.get(column, column)} degenerate: " + "; ".join(parts) if parts else ""
 
 
-# A scorer whose capability record says integer_grades ties so often that a ranking's order is
-# mostly tie-breaking: its tau-PSI is not reported (as in the paper's hosted row).
-_TAU_NOTE = "tau-PSI not reported (integer grades: most of the order is tie-breaking)"
-
-
 def _drop_tau_psi(row: dict) -> None:
+    """A scorer whose capability record says integer_grades ties so often that a ranking's order is
+    mostly tie-breaking: its tau-PSI is not reported (as in the paper's hosted row); its note says so."""
     for column, spec in ALL_COLUMNS.items():
         if spec.metric in ("tau_psi", "tau_psi_b"):
             row[column] = None
-    row["note"] = "; ".join(x for x in (row["note"], _TAU_NOTE) if x)
 
 
 def merge_rows_by_label(rows: Sequence[dict]) -> list[dict]:
@@ -201,6 +218,8 @@ def merge_rows_by_label(rows: Sequence[dict]) -> list[dict]:
         into["variant"] = f"{into['variant']}+{row['variant']}"
         notes = [n for n in (into["note"], row["note"]) if n]
         into["note"] = "; ".join(dict.fromkeys(notes))
+        if "facts" in into:
+            into["facts"] = into["facts"].merged(row["facts"], into)
     return list(merged.values())
 
 
@@ -217,25 +236,20 @@ _TAU_B_OF = {column: b for column, spec in TABLE1_COLUMNS.items() if spec.metric
              for b, sb in EXTRA_COLUMNS.items() if sb.task == spec.task and sb.metric == "tau_psi_b"}
 
 
-def _tie_notes(name: str, variant: Variant, row: Mapping, tie: Mapping[str, float | None]) -> list[str]:
-    """The row's note on ties (tau-b beside tau-a in table1.md) and the WARNING for a scorer that
+def _tie_facts(name: str, variant: Variant, row: Mapping, tie: Mapping[str, float | None], facts: RowFacts) -> None:
+    """The row's tied tau-PSI cells (tau-b beside tau-a in table1.md) and the WARNING for a scorer that
     declares order_invariant yet has tau-PSI > 0 from tied scores broken by presented position."""
     tied = {c: r for c, r in tie.items() if c in _TAU_B_OF and row.get(c) is not None and r is not None and r > 0}
-    notes = []
-    for c, r in tied.items():
-        notes.append(f"{COLUMN_TITLES[c]}: {r:.3g} of document pairs tie, tau-a orders them by presented position; "
-                     "tau-b beside it")
+    facts.ties.extend(tied)
     if not variant.capabilities.order_invariant:
-        return notes
+        return
     for column, tau_b_column in _TAU_B_OF.items():
         tau_a, tau_b = row.get(column), row.get(tau_b_column)
         if tau_a is not None and tau_a > 0 and ((tau_b is not None and tau_b == 0) or column in tied):
             log.warning("%s %s: scorer %r declares order_invariant; its tau-PSI > 0 comes from tied scores "
                         "broken by presented position (tau-PSI %.4g, tau-PSI-b %s, tie rate %s)", name, column,
                         variant.scorer, tau_a, _fmt(tau_b) or "undefined", _fmt(tie.get(column)) or "n/a")
-            notes.append(f"{COLUMN_TITLES[column]} > 0 although {variant.scorer} declares order_invariant: "
-                         "tied scores broken by position")
-    return notes
+            facts.tie_broken.append(column)
 
 
 def _flips_by_label(counts: pl.DataFrame, variants: Mapping[str, Variant]) -> dict[str, dict[str, dict]]:
@@ -261,17 +275,20 @@ def _tie_rates_by_label(counts: pl.DataFrame, variants: Mapping[str, Variant]) -
 
 
 def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(table, counts): one row per configured variant in config order; skipped ones keep their reason."""
+    """(table, counts): one row per configured variant in config order; skipped ones keep their reason.
+    Each row's note is its verdict, then its flags (presdep.report.table1_notes); ``flags`` lists the
+    flag keys the note uses, for the legend under table1.md."""
     cells = cell_values(metrics)
     noise = cell_values(metrics, _NOISE_COLUMNS)
     ties = cell_values(metrics, _TIE_COLUMNS)
     diag = {m: cell_values(metrics, diagnosis.diagnostic_columns(m)) for m in diagnosis.DIAGNOSTICS}
     slot_tests = slot_test_cells(metrics)
+    profiles = slot_profiles(metrics)
     ledgers = flip_causes.ledger_counts(metrics)
     rows, counts = [], []
     for name, v in variants.items():
         row: dict = {"variant": name}
-        notes: list[str] = []
+        facts = RowFacts(values=row, integer_grades=v.capabilities.integer_grades)
         for column, spec in ALL_COLUMNS.items():
             hit = cells.filter((pl.col("variant") == name) & (pl.col("column") == column))
             row[column] = float(hit["value"][0]) if hit.height else None
@@ -279,10 +296,12 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
                 warn = threshold_warnings(metrics, name, spec.task) if spec.metric in DEGENERATE_METRICS else ""
                 degenerate = degenerate_reasons(metrics, name, column)
                 if degenerate:  # on the terminal: the table1 job's warnings reach the console
-                    notes.append(degenerate_note(column, degenerate))
+                    facts.degenerate[column] = [(reason, dataset) for reason, dataset, _ in degenerate]
+                    facts.test_queries[column] = int(hit["queries"][0] or 0)
                     log.warning("%s %s is degenerate: %s", name, column, warn)
                 elif warn:
                     log.warning("%s %s: %s", name, column, warn)
+                slot_counts = _slot_counts(slot_tests, name, column)
                 counts.append({"variant": name, "column": column, "metric": spec.metric,
                                "perturbation": spec.perturbation, "better": spec.direction,
                                "queries": int(hit["queries"][0] or 0), "datasets": int(hit["datasets"][0]),
@@ -290,33 +309,41 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
                                "tau_psi_noise": _noise_cell(noise, name, column),
                                "tie_rate": _noise_cell(ties, name, column),
                                **_diagnostic_counts(diag, name, column, row[column]),
-                               **_slot_counts(slot_tests, name, column),
-                               **flip_causes.cell_causes(ledgers, name, column),
+                               **slot_counts, **flip_causes.cell_causes(ledgers, name, column),
                                "source": SOURCES[column], "warnings": warn})
                 if column in diagnosis.TAU_PSI_COLUMNS and not v.capabilities.integer_grades:
-                    said = diagnosis.meaning(column, row[column],
-                                             {**{m: _noise_cell(d, name, column) for m, d in diag.items()},
-                                              **_slot_counts(slot_tests, name, column)})
-                    if said:
-                        notes.append(said)
+                    said = diagnosis.findings(row[column], {**{m: _noise_cell(d, name, column) for m, d in diag.items()},
+                                                            **slot_counts})
+                    _add_findings(facts, column, said, profiles.get((name, spec.task)))
+        for task, parts in SHUFFLED_QUALITY.items():
+            facts.shuffled[task] = tuple(row[c] for c in parts)
         row["label"] = v.label
         row["note"] = f"skipped: {v.skip}" if v.skip else str(v.spec.get("note", ""))
         if v.capabilities.integer_grades:
             _drop_tau_psi(row)
-        notes += _tie_notes(name, v, row, {c: _noise_cell(ties, name, c) for c in _TAU_B_OF})
-        row["note"] = "; ".join(x for x in (row["note"], *notes) if x)
+        _tie_facts(name, v, row, {c: _noise_cell(ties, name, c) for c in _TAU_B_OF}, facts)
+        row["facts"] = facts
         rows.append(row)
-    schema = {"variant": pl.String, **{c: pl.Float64 for c in ALL_COLUMNS}, "label": pl.String, "note": pl.String}
-    table = pl.DataFrame(merge_rows_by_label(rows), schema=schema)
-    count_schema = {"variant": pl.String, "column": pl.String, "metric": pl.String, "perturbation": pl.String,
-                    "better": pl.String, "queries": pl.Int64, "datasets": pl.Int64, "seeds": pl.Int64,
-                    "passes_per_query": pl.Float64, "tau_psi_noise": pl.Float64, "tie_rate": pl.Float64,
-                    "chance": pl.Float64, "vs_chance": pl.Float64,
-                    **{m: pl.Float64 for m in diagnosis.DIAGNOSTICS},
-                    "slot_share_chance": pl.Float64, "slot_p_value": pl.Float64,
-                    **{c: pl.String if c == "flip_untested" else pl.Float64 for c in flip_causes.CAUSE_COLUMNS},
-                    "source": pl.String, "warnings": pl.String}
-    return table, pl.DataFrame(counts, schema=count_schema)
+    merged = merge_rows_by_label(rows)
+    for row in merged:
+        row["facts"].values = row
+        row["note"], row["flags"] = table1_notes.note(row.pop("facts"), lead=row["note"])
+        row["flags"] = " ".join(f.replace(" ", "_") for f in row["flags"])
+    schema = {"variant": pl.String, **{c: pl.Float64 for c in ALL_COLUMNS}, "label": pl.String, "note": pl.String,
+              "flags": pl.String}
+    table = pl.DataFrame(merged, schema=schema)
+    return table, pl.DataFrame(counts, schema=counts_columns.schema())
+
+
+def _add_findings(facts: RowFacts, column: str, said: set[str], profile: tuple[int, float] | None) -> None:
+    """A tau-PSI cell's diagnostics as the row's flags; a slot effect names its slot (the slot
+    profile's largest centred mean) when the metrics hold a profile."""
+    if "chance" in said:
+        facts.chance.append(column)
+    if "slot" in said:
+        facts.slots[column] = profile or (0, 0.0)
+    if "no grade signal" in said:
+        facts.no_grade.append(column)
 
 
 def _diagnostic_counts(diag: Mapping[str, pl.DataFrame], variant: str, column: str,
@@ -388,11 +415,14 @@ def _cell_text(row: Mapping, column: str, tied: Mapping[str, float]) -> str:
 def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
                 skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = (),
                 tie_rates: Mapping[str, Mapping[str, float]] | None = None,
-                flips: Mapping[str, Mapping[str, Mapping[str, float | None]]] | None = None) -> str:
-    """Table 1 as Markdown: task columns that no variant filled are left out; datasets that
-    could not be used here are named with their reason under the table, and so is every
-    non-paper protocol rule the run used (``departures``). ``tie_rates`` (label -> {tau-PSI
-    column: tie rate}): those tau-PSI cells show their tau-b beside them."""
+                flips: Mapping[str, Mapping[str, Mapping[str, float | None]]] | None = None,
+                footnote: str = "", docs: str = DOCS) -> str:
+    """Table 1 as Markdown: task columns that no variant filled are left out; under the table the
+    ``footnote`` (presdep.report.table1_footnote: the run's design and the methods pages), the legend
+    of the flags the notes use, why decisions flipped, the datasets that could not be used here
+    with their reason and every non-paper protocol rule the run used (``departures``).
+    ``tie_rates`` (label -> {tau-PSI column: tie rate}): those tau-PSI cells show their tau-b beside
+    them. ``docs``: the path from table1.md to docs/methods/."""
     cols = [c for c in (columns or TABLE1_COLUMNS) if table[c].is_not_null().any()]
     header = ["Variant", *[TITLES[c] for c in cols], "Note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -400,24 +430,13 @@ def to_markdown(table: pl.DataFrame, columns: Sequence[str] | None = None,
         tied = (tie_rates or {}).get(row["label"], {})
         cells = [row["label"], *[_cell_text(row, c, tied) for c in cols], row["note"] or ""]
         lines.append("| " + " | ".join(cells) + " |")
-    legend = (
-        "\nEach cell is the mean over datasets of per-dataset means over queries, then over training "
-        "seeds. nDCG columns: one pass over the first-stage order (K = 1; BSC: its BSC scores), "
-        "higher is better. tau-PSI (tau-a), the headline: (1 - mean pairwise Kendall tau-a)/2 over "
-        "the M random shuffles, each turned into a strict ranking with ties broken by presented "
-        "position, lower is more stable (the tie-aware tau-b form is the CSV's *_tau_psi_b, and stands "
-        "beside a cell as (tau-b x) where the run has tied scores). Jacc.: "
-        "Jaccard of the retained sets on the test half of the queries at a threshold tuned on the "
-        "development half (shuffle 0), higher is more stable. Flips: lower is more stable. Shuffle m is "
-        "random.Random(m).shuffle of the first-stage list; on collections with a published query list the "
-        "shuffles (and every cell computed from them) run on that list, the first-stage pass on every query. "
-        "table1_counts.csv (beside this table) gives each cell's source, counts, warnings and diagnostics; a note naming a "
-        "column as degenerate says its number reflects the decision rule, not the scorer.\n"
-    )
+    used = [f.replace("_", " ") for flags in table["flags"].drop_nulls() for f in flags.split()] \
+        if "flags" in table.columns else []
+    legend = table1_notes.legend(used, docs)
     skipped = "".join(f"\nSkipped dataset {name}: {reason}\n" for name, reason in (skipped_datasets or {}).items())
     rules = "".join(f"\nNot the paper's protocol: {d}.\n" for d in departures)
-    why = flip_causes.causes_line(flips or {}, cols)
-    return "\n".join(lines) + "\n" + legend + why + skipped + rules
+    why = flip_causes.causes_line(flips or {}, cols, docs)
+    return "\n".join(lines) + "\n" + footnote + legend + why + skipped + rules
 
 
 def _read_metrics(metrics_paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -430,7 +449,12 @@ def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Var
                  out_csv: str | Path, out_md: str | Path, out_counts: str | Path,
                  skipped_datasets: Mapping[str, str] | None = None, departures: Sequence[str] = ()) -> pl.DataFrame:
     """Table 1 as CSV and Markdown, and its counts file (rule ``table1``)."""
-    table, counts = build_table1(_read_metrics(metrics_paths), variants)
+    metrics = _read_metrics(metrics_paths)
+    table, counts = build_table1(metrics, variants)
+    docs = os.path.relpath(Path(DOCS_DIR).resolve(), Path(out_md).resolve().parent).replace(os.sep, "/") + "/"
+    note = table1_footnote.footnote(
+        table1_footnote.design(metrics, [n for n, v in variants.items() if v.bsc_k > 1]),
+        table1_footnote.query_counts(counts), docs)
     for name, reason in (skipped_datasets or {}).items():
         log.warning("dataset %s is not in Table 1: %s", name, reason)
     write_text_atomic(out_csv, table.write_csv(float_precision=6))
@@ -438,7 +462,7 @@ def write_table1(metrics_paths: Iterable[str | Path], variants: Mapping[str, Var
         log.warning("not the paper's protocol: %s", d)
     write_text_atomic(out_md, to_markdown(table, skipped_datasets=skipped_datasets, departures=departures,
                                           tie_rates=_tie_rates_by_label(counts, variants),
-                                          flips=_flips_by_label(counts, variants)))
+                                          flips=_flips_by_label(counts, variants), footnote=note, docs=docs))
     write_text_atomic(out_counts, counts.write_csv())
     return table
 

@@ -29,6 +29,7 @@ commands end with the same Table 1 as an uninterrupted run.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -301,20 +302,50 @@ def test_documented_commands_work(source, finished, home):
     assert visitors <= {(".cache",), (".cache", "snakemake")}, sorted(visitors)
 
 
+# What the report must carry after a finished run: Snakemake category -> files from the run.
+REPORT_ENTRIES = {
+    "Table 1": ["results/table1.md"],
+    "Figure 1": ["results/figure1.svg"],
+    "Position profile": ["results/position_profile.svg"],
+}
+STABILITY_SVG = re.compile(r"results/stability/svg/[a-z0-9_]+\.svg")
+
+
+def report_contents(html: str, var: str) -> dict:
+    """One of the JSON objects Snakemake's HTML report embeds (``var categories = {...};``)."""
+    m = re.search(rf"var {var} = (\{{.*?\}});\s*</script>", html, flags=re.DOTALL)
+    assert m is not None, f"the report embeds no {var!r} object"
+    return json.loads(m.group(1))
+
+
 def test_report_command_after_a_run(finished, home):
-    """The README's report command works once its targets exist, and names them first."""
-    cmds = [c for _, b in all_sources() for c in b if "--report" in c]
-    assert cmds, "the README shows no report command"
-    for cmd in cmds:
+    """The README's report command works after a run and carries Table 1, Figure 1, the position
+    profile and the stability figures, each under its category with a caption."""
+    readme = [c for n, b in all_sources() if n.startswith("README.md") for c in b if "--report" in c]
+    assert readme, "the README shows no report command"
+    for cmd in [c for _, b in all_sources() for c in b if "--report" in c]:
         words = shlex.split(_strip_comment(cmd))
-        assert words.index("--report") > words.index("results/table1.csv"), "targets before --report's value"
-        report = finished / words[words.index("--report") + 1]
+        report = words[words.index("--report") + 1]
+        assert report.endswith(".html"), f"--report takes the report's path first: {cmd}"
+        report = finished / report
         report.unlink(missing_ok=True)
         proc = subprocess.run(["bash", "-c", rewrite(cmd, "tiny.yaml")], cwd=finished, env=_env(home),
                               capture_output=True, text=True, check=False, timeout=600)
         assert proc.returncode == 0, proc.stderr[-4000:]
         html = report.read_text(errors="replace")
-        assert "figure1.svg" in html and "table1.md" in html
+        categories = {cat: [f for files in subs.values() for f in files]
+                      for cat, subs in report_contents(html, "categories").items()}
+        for cat, files in REPORT_ENTRIES.items():
+            assert categories.get(cat) == files, f"{cat}: {categories.get(cat)} in {cmd}"
+        stability = categories.get("Stability", [])
+        assert stability and all(STABILITY_SVG.fullmatch(f) for f in stability), stability
+        assert sorted(Path(f).stem for f in stability) == sorted(
+            p.stem for p in (finished / "results" / "stability" / "svg").glob("*.svg"))  # every column's figure
+        results = report_contents(html, "results")
+        for f in [*stability, *(f for files in REPORT_ENTRIES.values() for f in files)]:
+            assert results[f]["caption"].startswith("<p>"), f"{f} has no caption"
+        column = Path(stability[0]).stem
+        assert f"Table 1 column {column}" in results[stability[0]]["caption"]  # the caption names its column
 
 
 @pytest.mark.slow

@@ -136,7 +136,8 @@ def test_rerank_metrics_match_brute_force(ties):
     zeng = {"zeng_psi", "zeng_psi_corpus"}
     flags = {"t_star", "warn_threshold_keeps_all", "warn_threshold_keeps_none", "warn_single_presentation",
              "warn_queries_without_relevant", "passes_per_query", "warn_threshold_grid_edge",
-             "warn_retention_high", "warn_retention_low", "warn_few_test_queries"}
+             "warn_retention_high", "warn_retention_low", "warn_few_test_queries",
+             "shuffles_per_query", "prompt_width", "candidates_per_query"}
     expected = {"random_shuffle": shuffle | sets | zeng | flags | POSITION, "within_chunk": shuffle | sets,
                 "middle_injection": shuffle | sets | zeng}
     for pert, names in expected.items():
@@ -171,6 +172,7 @@ def test_rerank_metrics_match_brute_force(ties):
             agg = value(out, pert, metric)
             assert (agg is None and vals.len() == 0) or agg == pytest.approx(vals.mean())
     assert value(out, "random_shuffle", "passes_per_query") == 1 + 4 + 3 + 3
+    assert value(out, "random_shuffle", "shuffles_per_query") == 4  # M, as run (the footnote's)
     assert value(out, "random_shuffle", "warn_queries_without_relevant") == 1  # q3
 
 
@@ -462,7 +464,7 @@ def test_response_task():
     assert _names(out, "random_shuffle") == {
         "ndcg1_shuffle_mean", "ndcg1_shuffle_worst", "ndcg1_shuffle_best", "tau_psi", "tau_psi_b", "pair_flip",
         "selection_flip", "selected_quality_flip", "selected_quality_mean", "selected_quality_canonical",
-        "passes_per_query", "tie_rate"} | POSITION
+        "passes_per_query", "tie_rate", "shuffles_per_query", "prompt_width", "candidates_per_query"} | POSITION
     assert set(out.filter(pl.col("perturbation") == "first_stage")["metric"]) == {"ndcg@1", "ndcg@10", "mrr"}
     qd = qrels_to_dict(QRELS)
     docs, s, _ = block_of(scores, "q2", "random_shuffle")

@@ -24,26 +24,24 @@ def _metrics(tau, share, rho_slot, rho_grade):
                                       "metric": pl.String, "value": pl.Float64}, orient="row")
 
 
-def test_a_slot_driven_scorer_at_chance_is_said_in_words_with_its_numbers():
+def test_a_slot_driven_scorer_at_chance_is_flagged_and_the_counts_carry_the_numbers():
     table, counts = build_table1(_metrics(0.512, 0.91, -0.977, -0.02), {"v": Variant.checked(VARIANT, name="v")})
     note = table["note"][0]
-    assert "tau-PSI: 0.512 is chance level (unrelated rankings give 0.5)" in note
-    assert "the slot explains 91% of the score variance across shuffles (Spearman of slot with score -0.98)" in note
-    assert "does not follow the qrels (Spearman with grade -0.02)" in note
+    assert note.startswith("order-dependent: rankings at chance (tau-PSI 0.51), scores follow the slot")
+    assert note.endswith("Flags: chance (rerank); slot effect (rerank); no grade signal (rerank)")
+    assert table["flags"][0] == "chance slot no_grade_signal"
     row = counts.filter(pl.col("column") == "rerank_tau_psi").row(0, named=True)
     assert row["chance"] == 0.5 and row["vs_chance"] == pytest.approx(0.012)
     assert (row["var_share_slot"], row["spearman_slot_score"], row["spearman_score_grade"]) == (0.91, -0.977, -0.02)
 
 
 @pytest.mark.parametrize("tau, share, rho_grade, said", [
-    (0.449, 0.1, 0.5, []),                       # 0.051 from chance: not at chance
-    (0.45, 0.1, 0.5, ["chance level"]),          # exactly the band's edge
-    (0.2, 0.5, 0.5, ["follow the slot"]),        # the slot share at its threshold
-    (0.2, 0.49, 0.1, []),                        # below it; |rho| = 0.1 is not below 0.1
-    (0.2, 0.1, -0.099, ["does not follow the qrels"]),
+    (0.449, 0.1, 0.5, set()),                    # 0.051 from chance: not at chance
+    (0.45, 0.1, 0.5, {"chance"}),                # exactly the band's edge
+    (0.2, 0.5, 0.5, {"slot"}),                   # the slot share at its threshold
+    (0.2, 0.49, 0.1, set()),                     # below it; |rho| = 0.1 is not below 0.1
+    (0.2, 0.1, -0.099, {"no grade signal"}),
 ])
-def test_each_statement_at_its_threshold(tau, share, rho_grade, said):
-    text = diagnosis.meaning("rerank_tau_psi", tau, {"var_share_slot": share, "spearman_slot_score": -0.5,
-                                                     "spearman_score_grade": rho_grade})
-    assert [s for s in ("chance level", "follow the slot", "does not follow the qrels") if s in text] == said
-    assert (text == "") == (not said)
+def test_each_finding_at_its_threshold(tau, share, rho_grade, said):
+    assert diagnosis.findings(tau, {"var_share_slot": share, "spearman_slot_score": -0.5,
+                                    "spearman_score_grade": rho_grade}) == said

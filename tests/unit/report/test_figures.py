@@ -6,14 +6,21 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+import matplotlib.text
 import numpy as np
 import polars as pl
 import pytest
+from scipy.stats import kendalltau
 
 from presdep.contracts.schemas import read_table, write_table
 from presdep.metrics.compute import build_blocks, compute_metrics, rerank_set_values, write_metrics
+from presdep.metrics.quality import presented_order
 from presdep.metrics.thresholds import write_thresholds
+from presdep.report.figure_pair import pair_kendall_tau
 from presdep.report.figures import (
+    NEAR_EQUAL_NDCG,
+    chosen_example,
+    draw_figure1,
     figure1,
     figure1_from_files,
     pick_example,
@@ -81,14 +88,77 @@ def test_pick_example_avoids_a_pair_at_ndcg_zero():
     assert ex.query_id == "q1" and min(ex.ndcg_a, ex.ndcg_b) > 0 and ex.jaccard < 1
 
 
+def test_pick_example_most_different_decisions_among_near_equal_quality():
+    """The rule: among pairs that decide something, rank something relevant and have nDCG@10
+    within NEAR_EQUAL_NDCG, the smallest Jaccard; not (the rule before) the smallest nDCG
+    difference first."""
+    scores = _scores({
+        "q1": [
+            [0.9, 0.8, 0.6, 0.1],  # keeps d1 d2 d3, ranks d1 d2 d3 d4: nDCG 1
+            [0.9, 0.8, 0.4, 0.1],  # keeps d1 d2, same ranking: nDCG 1
+            [0.9, 0.2, 0.7, 0.1],  # keeps d1 d3, ranks d1 d3 d2 d4: nDCG a little below 1
+            [0.2, 0.9, 0.1, 0.0],  # keeps d2, ranks d2 first: nDCG far below the others
+        ],
+        # keeps every candidate in shuffle 0, one in shuffle 1: the threshold decides nothing there
+        "q2": [[0.9, 0.8, 0.7, 0.6], [0.9, 0.4, 0.3, 0.2]],
+    })
+    ex = pick_example(scores, QRELS, threshold=0.5)
+    # (0, 1) has equal nDCG (the old rule's choice, Jaccard 2/3); (1, 2) keeps {d1, d2} vs {d1, d3}
+    assert (ex.query_id, ex.a, ex.b) == ("q1", 1, 2) and ex.jaccard == pytest.approx(1 / 3)
+    assert 0 < abs(ex.ndcg_a - ex.ndcg_b) <= NEAR_EQUAL_NDCG
+    # (2, 3) keeps disjoint sets (Jaccard 0) but its quality differs by more than NEAR_EQUAL_NDCG,
+    # and q2's pair (Jaccard 1/4, equal nDCG) has a presentation that keeps every candidate
+    far = pick_example(scores.filter(pl.col("presentation").is_in([2, 3]) & (pl.col("query_id") == "q1")),
+                       QRELS, threshold=0.5)
+    assert far.jaccard == 0.0 and abs(far.ndcg_a - far.ndcg_b) > NEAR_EQUAL_NDCG
+    keeps_all = pick_example(scores.filter(pl.col("query_id") == "q2"), QRELS, threshold=0.5)
+    assert keeps_all.kept_a.all() and keeps_all.jaccard == pytest.approx(1 / 4)
+
+
+def test_pick_example_prefers_pairs_inside_the_retention_band():
+    """A presentation that keeps over RETENTION_HIGH of its pool decides by arithmetic: the pair
+    (0, 1) and (0, 2) have the smaller Jaccard (1/2) but p0 keeps 10 of 11; (1, 2) keeps 5 and 5."""
+    tail = [0.4, 0.35, 0.3, 0.25, 0.1]
+    scores = _scores({"q1": [[0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.52, 0.1],
+                             [0.95, 0.9, 0.85, 0.8, 0.75, 0.45, *tail],
+                             [0.95, 0.9, 0.85, 0.8, 0.45, 0.75, *tail]]})
+    qrels = pl.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "relevance": [1]},
+                         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    ex = pick_example(scores, qrels, threshold=0.5)
+    assert (ex.a, ex.b) == (1, 2) and ex.jaccard == pytest.approx(4 / 6)
+    alone = pick_example(scores.filter(pl.col("presentation") < 2), qrels, threshold=0.5)
+    assert alone.kept_a.sum() == 10 and alone.jaccard == pytest.approx(0.5)  # shown when nothing better exists
+
+
+def test_pick_example_ties_go_to_the_first_query_and_pair():
+    same = [[0.9, 0.8, 0.1, 0.0], [0.9, 0.1, 0.8, 0.0]]
+    qrels = pl.DataFrame({"query_id": ["q1", "q2"], "doc_id": ["d1", "e1"], "relevance": [3, 3]},
+                         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    ex = pick_example(_scores({"q2": same + same, "q1": same + same}), qrels, threshold=0.5)
+    assert (ex.query_id, ex.a, ex.b) == ("q1", 0, 1)
+
+
+def test_pair_kendall_tau_is_tau_a_of_the_strict_rankings():
+    ex = pick_example(EXAMPLE, QRELS, threshold=0.5)
+    ranks = [np.argsort(presented_order(s, p)) for s, p in ((ex.scores_a, ex.positions_a),
+                                                          (ex.scores_b, ex.positions_b))]
+    assert pair_kendall_tau(ex) == pytest.approx(kendalltau(*ranks).statistic)
+    # tied scores: the metrics stage's tie-break by presented position, not tau-b
+    tied = pick_example(_scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.9, 0.1, 0.1, 0.1]]}), QRELS, threshold=0.5)
+    # shuffle 1 shows d4, d1, d2, d3 (positions 0..3): its tied d2 d3 d4 rank d4 d2 d3
+    assert pair_kendall_tau(tied) == pytest.approx(kendalltau([0, 1, 2, 3], [0, 2, 3, 1]).statistic)
+    assert pair_kendall_tau(tied) != pytest.approx(kendalltau(tied.scores_a, tied.scores_b).statistic)
+
+
 def _metrics() -> pl.DataFrame:
     rows = []
-    for variant, ds, seed, ndcg, jac in [
-        ("A", "x", 1, 0.40, 0.50), ("A", "x", 2, 0.44, 0.60), ("A", "y", 1, 0.50, 0.70),
-        ("B", "x", None, 0.45, 0.80), ("B", "y", None, 0.55, 0.90),
+    for variant, ds, seed, ndcg, jac, tau in [
+        ("A", "x", 1, 0.40, 0.50, 0.30), ("A", "x", 2, 0.44, 0.60, 0.20), ("A", "y", 1, 0.50, 0.70, 0.40),
+        ("B", "x", None, 0.45, 0.80, 0.55), ("B", "y", None, 0.55, 0.90, 0.65),
     ]:
-        # quality cell from the first-stage pass, Jaccard between random shuffles
-        for metric, pert, v in (("ndcg@10", "first_stage", ndcg), ("jaccard", "random_shuffle", jac)):
+        # quality cell from the first-stage pass, Jaccard and tau-PSI between random shuffles
+        for metric, pert, v in (("ndcg@10", "first_stage", ndcg), ("jaccard", "random_shuffle", jac),
+                                ("tau_psi", "random_shuffle", tau)):
             rows.append({"dataset": ds, "task": "rerank", "variant": variant, "seed": seed,
                          "perturbation": pert, "query_id": None, "metric": metric, "value": v})
             # rows that must be ignored: per-query, other perturbation, other task
@@ -106,8 +176,17 @@ def test_variant_points_mean_over_datasets_then_seeds():
     # seed 1: datasets x and y; seed 2: dataset x only (Table 1's order: datasets, then seeds)
     assert a["ndcg"] == pytest.approx(((0.40 + 0.50) / 2 + 0.44) / 2)
     assert a["jaccard"] == pytest.approx(((0.50 + 0.70) / 2 + 0.60) / 2)
+    assert a["tau_psi"] == pytest.approx(((0.30 + 0.40) / 2 + 0.20) / 2)
     b = pts.filter(pl.col("variant") == "B").row(0, named=True)
-    assert (b["ndcg"], b["jaccard"]) == pytest.approx((0.50, 0.85))
+    assert (b["ndcg"], b["jaccard"], b["tau_psi"]) == pytest.approx((0.50, 0.85, 0.60))
+
+
+def test_variant_points_keep_a_variant_without_tau_psi_and_drop_one_without_jaccard():
+    m = _metrics()
+    pts = variant_points(m.filter(~((pl.col("variant") == "B") & (pl.col("metric") == "tau_psi"))))
+    assert pts["variant"].to_list() == ["A", "B"] and pts["tau_psi"].to_list()[1] is None
+    pts = variant_points(m.filter(~((pl.col("variant") == "B") & (pl.col("metric") == "jaccard"))))
+    assert pts["variant"].to_list() == ["A"] and pts.columns == ["variant", "ndcg", "jaccard", "tau_psi"]
 
 
 def _full_scores() -> pl.DataFrame:
@@ -231,14 +310,53 @@ def test_figure1_numbers_are_the_metrics_files(tmp_path):
         draw()
 
 
-def test_figure1_names_variants_by_label_and_marks_a_degenerate_jaccard(tmp_path):
+def _panel(fig, label: str):
+    (ax,) = [a for a in fig.axes if a.get_label() == label]
+    return ax
+
+
+def test_figure1_names_variants_by_label_and_draws_a_degenerate_jaccard_hollow(tmp_path):
     flag = pl.DataFrame([{"dataset": "x", "task": "rerank", "variant": "B", "seed": None,
                           "perturbation": "random_shuffle", "query_id": None, "metric": "warn_threshold_keeps_all",
                           "value": 1.0}], schema_overrides={"seed": pl.Int32, "query_id": pl.String})
     metrics = pl.concat([_metrics(), flag], how="vertical_relaxed")
+    stored = stored_example(_run_metrics(), _thresholds())
     svg, png = tmp_path / "f.svg", tmp_path / "f.png"
-    figure1(metrics, EXAMPLE, QRELS, stored_example(_run_metrics(), _thresholds()), svg, png,
-            labels={"A": "Off the shelf", "B": "BSC (x2)"})
+    figure1(metrics, EXAMPLE, QRELS, stored, svg, png, labels={"A": "Off the shelf", "B": "BSC (x2)"})
     text = svg.read_text()
-    assert "Off the shelf" in text and "BSC (x2) (degenerate)" in text
-    assert "Off the shelf (degenerate)" not in text
+    assert "Off the shelf" in text and "BSC (x2)" in text and "(degenerate)" not in text
+    assert "hollow: Jaccard degenerate (see table1.md)" in text
+    ex, grades = chosen_example(EXAMPLE, QRELS, stored)
+    fig = draw_figure1(metrics, ex, grades, labels={"A": "Off the shelf", "B": "BSC (x2)"})
+    ax_b = _panel(fig, "panel-b")
+    # points in variant order: A filled in its colour, B hollow (white face, coloured edge)
+    (a, b) = ax_b.collections
+    assert tuple(a.get_facecolor()[0]) == tuple(a.get_edgecolor()[0])
+    assert tuple(b.get_facecolor()[0]) == (1.0, 1.0, 1.0, 1.0) and tuple(b.get_edgecolor()[0]) != (1.0, 1.0, 1.0, 1.0)
+    # panel (c): B (Jaccard 0.85, above A's 0.6) on top, both tau-PSI values written
+    ax_c = _panel(fig, "panel-c")
+    assert [t.get_text() for t in ax_c.get_yticklabels()] == ["BSC (x2)", "Off the shelf"]
+    assert {t.get_text() for t in ax_c.texts} == {"0.600", f"{((0.30 + 0.40) / 2 + 0.20) / 2:.3f}"}
+    assert [round(p.get_width(), 6) for p in ax_c.patches] == [0.6, round(((0.30 + 0.40) / 2 + 0.20) / 2, 6)]
+
+
+def test_figure1_boxes_name_the_presented_slot_and_the_score():
+    ex, grades = chosen_example(EXAMPLE, QRELS, stored_example(_run_metrics(), _thresholds()))
+    assert (ex.query_id, ex.a, ex.b) == ("q1", 0, 1)
+    fig = draw_figure1(_metrics(), ex, grades)
+    texts = [t.get_text() for t in _panel(fig, "panel-a").findobj(matplotlib.text.Text)]
+    # EXAMPLE shows doc i of shuffle m at position (i + m) % 6, counted from 0: slot = position + 1
+    assert "slot 1 · 0.90" in texts and "slot 2 · 0.90" in texts  # d1 in shuffles 0 and 1
+    assert "slot 6 · 0.10" in texts and "slot 1 · 0.05" in texts  # d6: positions 5 and 0
+    assert not any(d in t for t in texts for d in ex.doc_ids)  # no document ids
+    title = _panel(fig, "panel-a").get_title()
+    assert f"Kendall τ = {pair_kendall_tau(ex):.2f}" in title and "Jaccard = 0.50" in title
+
+
+def test_figure1_of_bsc_ensembles_names_the_first_stage_rank():
+    """An ensemble's mean score was shown at no one slot: its position is the first-stage rank."""
+    ex, grades = chosen_example(EXAMPLE, QRELS, stored_example(_run_metrics(), _thresholds()))
+    ax = _panel(draw_figure1(_metrics(), ex, grades, bsc=True), "panel-a")
+    texts = [t.get_text() for t in ax.findobj(matplotlib.text.Text)]
+    assert "first-stage 1 · 0.90" in texts and not any(t.startswith("slot ") for t in texts)
+    assert "two ensembles" in ax.get_title() and "ensemble 0" in ax.get_xticklabels()[0].get_text()

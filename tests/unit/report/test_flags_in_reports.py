@@ -20,6 +20,7 @@ from presdep.report.stability_analysis import analyse_column, analyse_table1
 from presdep.report.stability_cli import register
 from presdep.report.stability_io import write_table1_stability
 from presdep.report.stability_svg import render_stability_svg
+from presdep.report.table1_notes import DEGENERATE_FIXES
 from presdep.report.tables import build_table1, to_markdown, write_table1
 
 SCHEMA = {"dataset": pl.String, "task": pl.String, "variant": pl.String, "seed": pl.Int32,
@@ -71,9 +72,12 @@ def test_every_raised_flag_is_named_in_the_counts_file_the_note_and_the_log(capl
         "dl19: fewer than 10 test queries; dl19: queries without a relevant document in the pool (2)")
     assert counts.filter(pl.col("column") == "rerank_tau_psi")["warnings"][0] == ""
     note = table.row(0, named=True)["note"]
-    assert note == ("base; Jacc. degenerate: t* keeps every candidate (dl19); t* keeps no candidate (dl19); "
-                    "t* at the edge of its grid (dl19); mean retention above 0.90 (dl19); "
-                    "mean retention below 0.10 (dl19); fewer than 10 test queries (covid, dl19)")
+    assert note == ("order-dependent: rankings move over shuffles (tau-PSI 0.20). base. Jacc. not informative: "
+                    "t* keeps every candidate (dl19), t* keeps no candidate (dl19), t* at the edge of its grid (dl19), "
+                    "mean retention above 0.90 (dl19), mean retention below 0.10 (dl19), "
+                    "only 3 test queries (covid, dl19); to fix: retrieve deeper (k_input, candidates.k) and "
+                    "use more development queries (max_queries) and keep fewer candidates per query (k_input) and "
+                    "use at least 20 queries (max_queries; half are test queries). Flags: degenerate (Jacc.)")
     assert note in to_markdown(table)
     warned = [r for r in caplog.records
               if r.levelno == logging.WARNING and "rerank_jaccard is degenerate" in r.getMessage()]
@@ -100,7 +104,8 @@ def test_seeds_are_named_in_the_counts_file_and_merged_in_the_note():
     table, counts = build_table1(pl.DataFrame(rows, schema=SCHEMA), variants(oc={"label": "OC"}))
     assert counts.filter(pl.col("column") == "rerank_jaccard")["warnings"][0] == (
         "dl19[seed 1]: t* at the edge of its grid; dl19[seed 2]: t* at the edge of its grid")
-    assert table.row(0, named=True)["note"] == "Jacc. degenerate: t* at the edge of its grid (dl19)"
+    assert table.row(0, named=True)["note"] == ("Jacc. not informative: t* at the edge of its grid (dl19); to fix: "
+                                                f"{DEGENERATE_FIXES['warn_threshold_grid_edge']}. Flags: degenerate (Jacc.)")
 
 
 def test_the_table1_job_logs_the_degenerate_cell_at_warning_and_writes_the_note(tmp_path, caplog):
@@ -109,7 +114,8 @@ def test_the_table1_job_logs_the_degenerate_cell_at_warning_and_writes_the_note(
     with caplog.at_level(logging.WARNING):
         write_table1([path], variants(v={"label": "V"}), tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "c.csv")
     md = (tmp_path / "t.md").read_text()
-    assert "| V | 1.0000 | Jacc. degenerate: t* keeps every candidate (dl19) |" in md
+    assert (f"| V | 1.0000 | Jacc. not informative: t* keeps every candidate (dl19); to fix: "
+            f"{DEGENERATE_FIXES['warn_threshold_keeps_all']}. Flags: degenerate (Jacc.) |") in md
     assert any(r.levelno == logging.WARNING and r.getMessage() == (
         "v rerank_jaccard is degenerate: dl19: t* keeps every candidate") for r in caplog.records)
 
@@ -142,7 +148,10 @@ def test_a_run_with_ties_shows_tau_b_beside_tau_a_and_says_why(tmp_path):
     tied = next(line for line in md.splitlines() if line.startswith("| Tied |"))
     clean = next(line for line in md.splitlines() if line.startswith("| Clean |"))
     assert "| 0.0440 (tau-b 0.0000) |" in tied
-    assert "| tau-PSI: 0.25 of document pairs tie, tau-a orders them by presented position; tau-b beside it |" in tied
+    # tau-b 0: the scores themselves do not move; the legend defines the ties flag once
+    assert tied.endswith("| order-invariant scores: tau-PSI 0.04 comes only from tied scores broken by presented "
+                         "position (tau-PSI-b 0.00). Flags: ties (rerank) |")
+    assert md.count("- **ties**:") == 1
     assert "| 0.2000 |" in clean and "tau-b" not in clean
     csv = pl.read_csv(tmp_path / "t.csv")
     assert csv.filter(pl.col("variant") == "tied")["rerank_tau_psi"][0] == pytest.approx(0.044)  # CSV: numbers
@@ -176,11 +185,11 @@ def test_order_invariant_scorer_with_tie_broken_tau_psi_is_named_in_a_warning(ca
     named = [r.getMessage() for r in caplog.records if ORDER_INVARIANT_WARNING in r.getMessage()]
     assert len(named) == 1 and named[0].startswith("inv resp_tau_psi: scorer 'reward_model' declares")
     notes = {r["variant"]: r["note"] for r in table.iter_rows(named=True)}
-    assert "reward_model declares order_invariant" in notes["inv"]
-    assert notes["inv"] == ("Resp tau-PSI: 0.333 of document pairs tie, tau-a orders them by presented position; "
-                            "tau-b beside it; Resp tau-PSI > 0 although reward_model declares order_invariant: "
-                            "tied scores broken by position")
-    assert "order_invariant" not in notes["dep"] and "0.333 of document pairs tie" in notes["dep"]  # ties: both
+    assert notes["inv"] == ("order-invariant scores: tau-PSI 0.33 comes only from tied scores broken by presented "
+                            "position (tau-PSI-b 0.00); nDCG@1 1.00 in every order; the preferred pair flips 0.00 "
+                            "(pair flip). Flags: ties (resp); tie-broken (resp)")
+    assert notes["dep"].endswith("Flags: ties (resp)")  # ties: both; tie-broken: only the declared one
+    assert table.filter(pl.col("variant") == "inv")["flags"][0] == "ties tie-broken"
     _order_invariant_without_tau_psi_or_ties_is_not_named(caplog)
 
 

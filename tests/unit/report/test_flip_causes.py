@@ -1,5 +1,5 @@
 """Table 1's flip causes: a cell pools its runs' ledger counts (counts add, then shares), the counts
-file carries them, table1.md names them in one line, and the slot note follows the permutation test."""
+file carries them, table1.md lists them per row, and the slot flag follows the permutation test."""
 
 from __future__ import annotations
 
@@ -53,23 +53,23 @@ def test_the_counts_file_and_table1_md_carry_the_causes():
     row = counts.filter(pl.col("column") == "rerank_jaccard").row(0, named=True)
     assert (row["flips"], row["flip_slot"], row["flip_content"]) == (50.0, 0.6, 0.3)
     md = to_markdown(table, flips={"My scorer": {"rerank_jaccard": {c: row[c] for c in flip_causes.CAUSE_COLUMNS}}})
-    why = [ln for ln in md.splitlines() if ln.startswith("Why decisions flipped")]
-    assert len(why) == 1 and why[0].endswith(
-        "My scorer: Jacc. 50 flips: noise 10%, slot 60%, content 30% (parse, companions untested).")
+    lines = md.splitlines()
+    why = [i for i, ln in enumerate(lines) if ln.startswith("Why decisions flipped")]
+    assert len(why) == 1 and "[flip ledger](../docs/methods/flip-ledger.md)" in lines[why[0]]
+    assert lines[why[0] + 1] == "- My scorer: Jacc. 50 flips: noise 10%, slot 60%, content 30% (parse, companions untested)"
 
 
 @pytest.mark.parametrize("share, p, said", [
-    (0.32, 0.001, "the slot moves the scores (permutation test p = 0.001): the slot explains 32% of the score "
-                  "variance across shuffles (chance 10%)"),
-    (0.62, 0.001, "scores follow the slot, not the document (permutation test p = 0.001)"),
-    (0.62, 0.2, None),    # the test, not the 0.5 share, decides
-    (0.62, None, "scores follow the slot, not the document: the slot explains 62%"),  # older metrics: the share rule
+    (0.32, 0.001, True),   # a share under 0.5 with a small p-value: the slot matters
+    (0.62, 0.001, True),
+    (0.62, 0.2, False),    # the test, not the 0.5 share, decides
+    (0.62, None, True),    # older metrics without the test: the share rule
+    (0.32, None, False),
 ])
-def test_the_slot_note_follows_the_permutation_test(share, p, said):
-    text = diagnosis.meaning("rerank_tau_psi", 0.2, {"var_share_slot": share, "slot_p_value": p,
-                                                     "slot_share_chance": 0.1 if p is not None else None,
-                                                     "spearman_score_grade": 0.5})
-    assert (said in text) if said else "slot" not in text, text
+def test_the_slot_flag_follows_the_permutation_test(share, p, said):
+    found = diagnosis.findings(0.2, {"var_share_slot": share, "slot_p_value": p,
+                                     "slot_share_chance": 0.1 if p is not None else None, "spearman_score_grade": 0.5})
+    assert ("slot" in found) is said, found
 
 
 def test_a_cells_slot_p_value_is_bonferroni_over_its_runs():
