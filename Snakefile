@@ -28,6 +28,7 @@ include: "rules/tables.smk"
 include: "rules/figure1.smk"
 include: "rules/position_profile.smk"
 include: "rules/stability.smk"
+include: "rules/decisions.smk"
 include: "rules/named_run.smk"
 
 

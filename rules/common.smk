@@ -134,7 +134,7 @@ def metrics_files():
 
 def final_outputs():
     """What a run delivers: Table 1 with its counts and BSC's K-curve, the stability analysis,
-    every metrics file, the position profile, and Figure 1 where the config names its example
+    the discordance and contrasts tables, every metrics file, the position profile, and Figure 1 where the config names its example
     (`rule all`, `make run`)."""
     return [
         f"{RESULTS}/table1.csv",
@@ -142,6 +142,8 @@ def final_outputs():
         f"{RESULTS}/table1_counts.csv",
         f"{RESULTS}/bsc_curve.csv",
         f"{RESULTS}/stability/table1.json",
+        f"{RESULTS}/discordance.md",
+        f"{RESULTS}/contrasts.md",
         *metrics_files(),
         f"{RESULTS}/position_profile.svg",
         *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),

@@ -39,6 +39,7 @@ from presdep.metrics.blocks import Block, build_blocks
 from presdep.metrics.bsc import curve_rows
 from presdep.metrics.design_rows import design_rows
 from presdep.metrics.ledger_rows import ledger_metric_rows, run_ledger
+from presdep.metrics.order_averaged import add_order_averaged_rows, first_stage_ranks
 from presdep.metrics.position_rows import add_position_rows
 from presdep.metrics.qa_rows import add_answer_rows, add_gold_slot_rows
 from presdep.metrics.rerank_rows import add_retained_set_rows, add_threshold_rows, rerank_set_values
@@ -154,6 +155,9 @@ def compute_metrics(
         else:
             _decision_rows(rows, pert, blocks[pert], qrels_d, task=task, threshold=threshold, reader_k=reader_k,
                            zeng=zeng and bsc_k == 1)
+            if pert == RANDOM_SHUFFLE:
+                add_order_averaged_rows(rows, pert, blocks[pert], first_stage_ranks(blocks.get(FIRST_STAGE, [])),
+                                        qrels_d, task)
     _noise_rows(rows, scores)
     add_position_rows(rows, scores, qrels_d)
     if threshold is not None:

@@ -137,8 +137,8 @@ def test_rerank_metrics_match_brute_force(ties):
     flags = {"t_star", "warn_threshold_keeps_all", "warn_threshold_keeps_none", "warn_single_presentation",
              "warn_queries_without_relevant", "passes_per_query", "warn_threshold_grid_edge",
              "warn_retention_high", "warn_retention_low", "warn_few_test_queries",
-             "shuffles_per_query", "prompt_width", "candidates_per_query"}
-    expected = {"random_shuffle": shuffle | sets | zeng | flags | POSITION, "within_chunk": shuffle | sets,
+             "shuffles_per_query", "prompt_width", "candidates_per_query", "order_averaged_k"}
+    expected = {"random_shuffle": shuffle | sets | zeng | flags | POSITION | {"ndcg10_order_averaged"}, "within_chunk": shuffle | sets,
                 "middle_injection": shuffle | sets | zeng}
     for pert, names in expected.items():
         assert _names(out, pert) == names
@@ -464,7 +464,8 @@ def test_response_task():
     assert _names(out, "random_shuffle") == {
         "ndcg1_shuffle_mean", "ndcg1_shuffle_worst", "ndcg1_shuffle_best", "tau_psi", "tau_psi_b", "pair_flip",
         "selection_flip", "selected_quality_flip", "selected_quality_mean", "selected_quality_canonical",
-        "passes_per_query", "tie_rate", "shuffles_per_query", "prompt_width", "candidates_per_query"} | POSITION
+        "passes_per_query", "tie_rate", "shuffles_per_query", "prompt_width", "candidates_per_query",
+        "ndcg1_order_averaged", "order_averaged_k"} | POSITION
     assert set(out.filter(pl.col("perturbation") == "first_stage")["metric"]) == {"ndcg@1", "ndcg@10", "mrr"}
     qd = qrels_to_dict(QRELS)
     docs, s, _ = block_of(scores, "q2", "random_shuffle")

@@ -14,8 +14,8 @@ import pytest
 from presdep.config.records import Variant
 from presdep.contracts.schemas import write_table
 from presdep.metrics.design_rows import design_rows
-from presdep.report import table1_notes
 from presdep.metrics.rerank_rows import DEGENERATE_FLAGS
+from presdep.report import table1_notes
 from presdep.report.table1_notes import DEGENERATE_FIXES, FLAGS
 from presdep.report.tables import build_table1, write_table1
 

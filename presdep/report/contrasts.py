@@ -1,0 +1,237 @@
+"""Contrasts between Table 1 rows with intervals and an equivalence test (docs/methods/contrasts.md).
+
+For two rows (Table 1 labels) and each column both fill, the paired hierarchical bootstrap of
+their difference (presdep.report.contrast_bootstrap: seeds, then datasets, then queries), its
+95% interval, whether it excludes 0, and TOST equivalence within +-margin. The paper's pairs
+(``pairs: paper``): OC-SFT against every other trained row, and every trained row against the
+base (off the shelf). Beside them the amortization terms of each task's quality: the anchor is
+the K = 1 quality (``*_shuffle_mean``: nDCG over single passes); R = the base's K = 10
+order-averaged quality - its anchor; I = the ceiling - the base's K = 10 quality (declared per
+dataset, else the largest per-dataset first-stage quality of any row); recovered = a trained
+row's anchor - the base's anchor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from presdep.config.records import Variant
+from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
+from presdep.contracts.errors import InvalidInput
+from presdep.contracts.schemas import write_text_atomic
+from presdep.metrics.rerank_rows import DEGENERATE_METRICS, raised_flags
+from presdep.report.contrast_bootstrap import ALPHA, Side, paired_difference
+from presdep.report.tables import load_metrics
+
+log = logging.getLogger(__name__)
+
+# Per task: the K = 1 anchor and the K = 10 order-averaged quality (presdep.metrics.order_averaged).
+_QUALITY = {"rerank": "ndcg10", "qa": "ndcg10", "response": "ndcg1"}
+ANCHOR = {t: Table1Column(t, f"{q}_shuffle_mean", "random_shuffle", "higher") for t, q in _QUALITY.items()}
+AVERAGED = {t: Table1Column(t, f"{q}_order_averaged", "random_shuffle", "higher") for t, q in _QUALITY.items()}
+QUALITY_COLUMN = {s.task: c for c, s in TABLE1_COLUMNS.items() if s.metric.startswith("ndcg")}
+
+SCHEMA = {"kind": pl.String, "a": pl.String, "b": pl.String, "column": pl.String, "difference": pl.Float64,
+          "ci_low": pl.Float64, "ci_high": pl.Float64, "excludes_zero": pl.Boolean, "se": pl.Float64,
+          "tost_p": pl.Float64, "equivalent": pl.Boolean, "datasets": pl.Int64, "queries": pl.Int64,
+          "seeds_a": pl.Int64, "seeds_b": pl.Int64, "degenerate": pl.Boolean}
+
+
+@dataclass(frozen=True)
+class Settings:
+    resamples: int = 10000
+    seed: int = 0
+    margin: float = 0.005
+
+
+def _rows_of(metrics: pl.DataFrame, variants: Sequence[str], spec: Table1Column) -> pl.DataFrame:
+    return metrics.filter(pl.col("variant").is_in(list(variants)) & (pl.col("task") == spec.task)
+                          & (pl.col("metric") == spec.metric) & (pl.col("perturbation") == spec.perturbation)
+                          & pl.col("query_id").is_not_null() & pl.col("value").is_not_null()
+                          & pl.col("value").is_not_nan())
+
+
+def sides(metrics: pl.DataFrame, a: Sequence[str], b: Sequence[str], spec_a: Table1Column,
+          spec_b: Table1Column) -> tuple[Side, Side, int] | None:
+    """The two sides on the (dataset, query) pairs every seed of both has; None without any."""
+    ra, rb = _rows_of(metrics, a, spec_a), _rows_of(metrics, b, spec_b)
+    if ra.height == 0 or rb.height == 0:
+        return None
+    ra, rb = (r.with_columns(pl.col("seed").fill_null(-1)) for r in (ra, rb))
+    seeds_a, seeds_b = sorted(set(ra["seed"])), sorted(set(rb["seed"]))
+    keys = None
+    for rows, seeds in ((ra, seeds_a), (rb, seeds_b)):
+        for s in seeds:
+            have = set(rows.filter(pl.col("seed") == s).select("dataset", "query_id").iter_rows())
+            keys = have if keys is None else keys & have
+    if not keys:
+        return None
+    datasets = sorted({d for d, _ in keys})
+    per_dataset = {d: sorted(q for dd, q in keys if dd == d) for d in datasets}
+
+    def side(rows: pl.DataFrame, seeds: list[int]) -> Side:
+        got = {(s, d, q): v for s, d, q, v in rows.select("seed", "dataset", "query_id", "value").iter_rows()}
+        values = [np.array([[got[(s, d, q)] for q in per_dataset[d]] for s in seeds]) for d in datasets]
+        return Side(values, tuple(None if s == -1 else s for s in seeds))
+
+    return side(ra, seeds_a), side(rb, seeds_b), len(keys)
+
+
+def _row(kind: str, a: str, b: str, column: str, pair: tuple[Side, Side, int] | None, st: Settings,
+         degenerate: bool = False) -> dict | None:
+    if pair is None:
+        return None
+    sa, sb, n = pair
+    d = paired_difference(sa, sb, resamples=st.resamples, seed=st.seed, margin=st.margin)
+    return {"kind": kind, "a": a, "b": b, "column": column, "difference": d.estimate, "ci_low": d.low,
+            "ci_high": d.high, "excludes_zero": d.excludes_zero, "se": d.se, "tost_p": d.tost_p,
+            "equivalent": d.equivalent(ALPHA), "datasets": len(sa.values), "queries": n,
+            "seeds_a": len(sa.seeds), "seeds_b": len(sb.seeds), "degenerate": degenerate}
+
+
+def _degenerate(metrics: pl.DataFrame, variants: Sequence[str], column: str) -> bool:
+    """Whether any of the row's variants has a degenerate-decision flag on this column's task
+    (only the retained-set decision has them: presdep.metrics.rerank_rows)."""
+    spec = TABLE1_COLUMNS[column]
+    if spec.metric not in DEGENERATE_METRICS:
+        return False
+    hit = raised_flags(metrics).filter(pl.col("variant").is_in(list(variants)) & (pl.col("task") == spec.task))
+    return hit.height > 0
+
+
+def labels_of(variants: Mapping[str, Variant]) -> dict[str, list[str]]:
+    """label -> its variants (a trained objective is one variant per task pool)."""
+    out: dict[str, list[str]] = {}
+    for name, v in variants.items():
+        if not v.skip:
+            out.setdefault(v.label, []).append(name)
+    return out
+
+
+def paper_pairs(variants: Mapping[str, Variant], base: str) -> list[tuple[str, str]]:
+    """OC-SFT against every other trained row, then every trained row against the base."""
+    trained = list(dict.fromkeys(v.label for v in variants.values() if v.student and not v.skip))
+    focus = list(dict.fromkeys(v.label for v in variants.values()
+                               if v.student and not v.skip and v.student.objective == "oc_sft"))
+    pairs = [(f, t) for f in focus for t in trained if t != f]
+    if base in variants and not variants[base].skip:
+        pairs += [(t, variants[base].label) for t in trained]
+    return pairs
+
+
+def contrast_table(metrics: pl.DataFrame, variants: Mapping[str, Variant], pairs: Sequence[tuple[str, str]] | str,
+                   base: str, settings: Settings, ceiling: Mapping[str, float] | None = None) -> pl.DataFrame:
+    """Every pair's contrast in each column both rows fill, then the amortization terms."""
+    by_label = labels_of(variants)
+    if pairs == "paper":
+        pairs = paper_pairs(variants, base)
+    unknown = sorted({x for p in pairs for x in p} - set(by_label))
+    if unknown:
+        raise InvalidInput(f"contrasts.pairs: {unknown} are not Table 1 labels of this config ({sorted(by_label)})")
+    out = []
+    for a, b in pairs:
+        for column, spec in TABLE1_COLUMNS.items():
+            flagged = _degenerate(metrics, by_label[a], column) or _degenerate(metrics, by_label[b], column)
+            out.append(_row("contrast", a, b, column, sides(metrics, by_label[a], by_label[b], spec, spec), settings,
+                            flagged))
+    if base in variants and not variants[base].skip:
+        out += amortization(metrics, variants, by_label, base, settings, ceiling or {})
+    return pl.DataFrame([r for r in out if r is not None], schema=SCHEMA)
+
+
+def amortization(metrics: pl.DataFrame, variants: Mapping[str, Variant], by_label: Mapping[str, list[str]],
+                 base: str, settings: Settings, ceiling: Mapping[str, float]) -> list[dict]:
+    """R and I of the base and each trained row's recovered anchor, per task with data."""
+    base_label = variants[base].label
+    trained = list(dict.fromkeys(v.label for v in variants.values() if v.student and not v.skip))
+    out = []
+    for task in _QUALITY:
+        column = QUALITY_COLUMN[task]
+        out.append(_row("amortization R", base_label, base_label, column,
+                        sides(metrics, [base], [base], AVERAGED[task], ANCHOR[task]), settings))
+        out.append(_ceiling_row(metrics, base, base_label, task, ceiling))
+        for t in trained:
+            out.append(_row("amortization recovered", t, base_label, column,
+                            sides(metrics, by_label[t], [base], ANCHOR[task], ANCHOR[task]), settings))
+    return [r for r in out if r is not None]
+
+
+def _dataset_means(metrics: pl.DataFrame, spec: Table1Column, variants: Sequence[str] | None = None) -> pl.DataFrame:
+    rows = metrics.filter((pl.col("task") == spec.task) & (pl.col("metric") == spec.metric)
+                          & (pl.col("perturbation") == spec.perturbation) & pl.col("query_id").is_null()
+                          & pl.col("value").is_not_null())
+    if variants is not None:
+        rows = rows.filter(pl.col("variant").is_in(list(variants)))
+    return rows.with_columns(pl.col("seed").fill_null(-1)).group_by("variant", "dataset").agg(pl.col("value").mean())
+
+
+def _ceiling_row(metrics: pl.DataFrame, base: str, label: str, task: str, ceiling: Mapping[str, float]) -> dict | None:
+    """I = ceiling - the base's K = 10 quality, mean over datasets (a point estimate: the ceiling is
+    declared, or the largest per-dataset first-stage quality of any row, a maximum)."""
+    averaged = _dataset_means(metrics, AVERAGED[task], [base])
+    if averaged.height == 0:
+        return None
+    observed = _dataset_means(metrics, TABLE1_COLUMNS[QUALITY_COLUMN[task]]).group_by("dataset").agg(
+        pl.col("value").max().alias("observed"))
+    joined = averaged.join(observed, on="dataset", how="left")
+    gaps = [ceiling.get(d, o) - v
+            for d, v, o in joined.select("dataset", "value", "observed").iter_rows()]
+    return {"kind": "amortization I", "a": "ceiling", "b": label, "column": QUALITY_COLUMN[task],
+            "difference": float(np.mean(gaps)), "ci_low": None, "ci_high": None, "excludes_zero": None, "se": None,
+            "tost_p": None, "equivalent": None, "datasets": len(gaps), "queries": None, "seeds_a": None,
+            "seeds_b": None, "degenerate": False}
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:+.4f}"
+
+
+def to_markdown(table: pl.DataFrame, settings: Settings) -> str:
+    """The contrasts as a table a reader can quote, then the amortization terms."""
+    head = ("| a - b | column | difference | 95% interval | excludes 0 | TOST (+-{m}) | queries |\n"
+            "|---|---|---|---|---|---|---|").format(m=settings.margin)
+    lines = [head]
+    for r in table.filter(pl.col("kind") == "contrast").iter_rows(named=True):
+        title = COLUMN_TITLES[r["column"]] + (" (degenerate)" if r["degenerate"] else "")
+        lines.append(f"| {r['a']} - {r['b']} | {title} | {_num(r['difference'])} | "
+                     f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}] | {'yes' if r['excludes_zero'] else 'no'} | "
+                     f"{'equivalent' if r['equivalent'] else 'not shown'} (p = {r['tost_p']:.3g}) | {r['queries']} |")
+    am = table.filter(pl.col("kind").str.starts_with("amortization"))
+    if am.height == 0:
+        lines += ["", "No amortization terms: the base row has no K = 1 anchor or K = 10 order-averaged quality here."]
+    else:
+        lines += ["", "| term | row | column | value | 95% interval |", "|---|---|---|---|---|"]
+    for r in am.iter_rows(named=True):
+        term = r["kind"].removeprefix("amortization ")
+        row = r["b"] if term in ("R", "I") else r["a"]
+        iv = f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] is not None else ""
+        lines.append(f"| {term} | {row} | {COLUMN_TITLES[r['column']]} | {_num(r['difference'])} | {iv} |")
+    note = (f"\nPaired hierarchical bootstrap (seeds, then datasets, then queries), {settings.resamples} resamples, "
+            f"seed {settings.seed}; TOST at alpha {ALPHA} with the bootstrap SE, equivalence margin +-{settings.margin}. "
+            "R: the base's K = 10 order-averaged quality minus its K = 1 anchor; I: the ceiling minus the base's "
+            "K = 10 quality; recovered: a trained row's anchor minus the base's. (degenerate): a Jaccard cell the "
+            "threshold rule, not the scorer, sets (table1.md says why) (docs/methods/contrasts.md).\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def write_contrasts(metrics_paths: Sequence[str | Path], variants: Mapping[str, Variant], out_csv: str | Path,
+                    out_md: str | Path, *, pairs: Sequence[Sequence[str]] | str = "paper", base: str = "off_the_shelf",
+                    settings: Settings = Settings(), ceiling: Mapping[str, float] | None = None) -> pl.DataFrame:
+    """The contrasts table as CSV and Markdown (rule ``contrasts``)."""
+    chosen = pairs if pairs == "paper" else [tuple(p) for p in pairs]
+    table = contrast_table(load_metrics(metrics_paths), variants, chosen, base, settings, ceiling)
+    log.info("%d contrasts and %d amortization terms", table.filter(pl.col("kind") == "contrast").height,
+             table.filter(pl.col("kind") != "contrast").height)
+    write_text_atomic(out_csv, table.write_csv(float_precision=6))
+    write_text_atomic(out_md, to_markdown(table, settings))
+    return table
+
+
+__all__ = ["ANCHOR", "AVERAGED", "Settings", "amortization", "contrast_table", "labels_of", "paper_pairs",
+           "sides", "to_markdown", "write_contrasts"]
