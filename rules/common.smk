@@ -134,7 +134,7 @@ def metrics_files():
 
 def final_outputs():
     """What a run delivers: Table 1 with its counts and BSC's K-curve, the stability analysis,
-    the discordance and contrasts tables, every metrics file, the position profile, and Figure 1 where the config names its example
+    the discordance, contrasts and matched-retention tables, every metrics file, the position profile, and Figure 1 where the config names its example
     (`rule all`, `make run`)."""
     return [
         f"{RESULTS}/table1.csv",
@@ -144,6 +144,7 @@ def final_outputs():
         f"{RESULTS}/stability/table1.json",
         f"{RESULTS}/discordance.md",
         f"{RESULTS}/contrasts.md",
+        *([f"{RESULTS}/matched_retention.md"] if CFG.trained_variants else []),
         *metrics_files(),
         f"{RESULTS}/position_profile.svg",
         *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),

@@ -1,10 +1,12 @@
-# The paper's decision programs over every metrics file: metric discordance and the contrasts
-# between rows (docs/methods/discordance.md, docs/methods/contrasts.md).
+# The paper's decision programs over every metrics file: metric discordance, the contrasts between
+# rows, and matched retention in the paper's form (docs/methods/discordance.md, contrasts.md,
+# jaccard.md#matched-retention-the-papers-form).
 
 
 localrules:
     discordance,
     contrasts,
+    matched_retention,
 
 
 rule discordance:
@@ -43,3 +45,58 @@ rule contrasts:
         mem_mb=4000,
     script:
         "../scripts/contrasts.py"
+
+
+def matched_reference_files():
+    """One file per trained run and reranking eval dataset whose seed has a single-order run."""
+    return [f"{RESULTS}/matched/{run}/{ds}.parquet" for run, (name, seed) in RUNS.items() if seed is not None
+            for ds in EVAL_DATASETS if CFG.datasets[ds].task == "rerank" and "rerank" in CFG.variants[name].tasks
+            and CFG.single_order_run("rerank", seed)]
+
+
+def matched_reference_of(wc):
+    """The single-order run at the same training seed: the target's scores and threshold."""
+    ref = CFG.single_order_run("rerank", run_variant(wc)[1])
+    return {"ref_scores": f"{RESULTS}/scores/{ref}/{wc.dataset}.parquet",
+            "ref_thresholds": f"{RESULTS}/thresholds/{ref}/{wc.dataset}.json"}
+
+
+rule matched_reference:
+    input:
+        unpack(matched_reference_of),
+        scores=f"{RESULTS}/scores/{{variant}}/{{dataset}}.parquet",
+        thresholds=f"{RESULTS}/thresholds/{{variant}}/{{dataset}}.json",
+    output:
+        matched=f"{RESULTS}/matched/{{variant}}/{{dataset}}.parquet",
+    params:
+        seed=lambda wc: run_variant(wc)[1],
+        bsc_k=lambda wc: run_record(wc).bsc_k,
+        bsc_ensembles=lambda wc: run_record(wc).bsc_ensembles,
+        version=PRESDEP_VERSION,
+    log:
+        f"{LOGS}/matched/{{variant}}/{{dataset}}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/matched_reference.py"
+
+
+rule matched_retention:
+    input:
+        matched=matched_reference_files(),
+        metrics=metrics_files(),
+    output:
+        csv=f"{RESULTS}/matched_retention.csv",
+        md=report(f"{RESULTS}/matched_retention.md", caption="report/matched_retention.rst", category="Decisions"),
+    params:
+        variants=CFG.variants_table(),
+        version=PRESDEP_VERSION,
+    log:
+        f"{LOGS}/matched_retention.log",
+    conda:
+        "../envs/cpu.yaml"
+    script:
+        "../scripts/matched_retention.py"

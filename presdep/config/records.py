@@ -128,6 +128,14 @@ class WorkflowConfig:
         """Runnable variants with a ``student:`` block."""
         return {n: v for n, v in self.variants.items() if v.student and not v.skip}
 
+    def single_order_run(self, task: str, seed: int) -> str | None:
+        """The run key of single-order distillation for ``task`` at training seed ``seed`` (the target
+        of the paper's matched retention); None when the config trains none for that seed."""
+        for name, v in self.trained_variants.items():
+            if v.student.objective == "single_order" and task in v.tasks and seed in v.student.seeds:
+                return f"{name}/seed{seed}"
+        return None
+
     def student_run_settings(self, variant: str, lam: float) -> dict:
         """Every behavioural setting of one student run of ``variant``: its ``student:`` block with
         the lambda list resolved to ``lam``, and its teacher's settings (the train_student job's)."""

@@ -65,7 +65,7 @@ def split_queries(query_ids: Sequence[str], seed: int = SPLIT_SEED) -> tuple[lis
     return sorted(ids[:n_dev]), sorted(ids[n_dev:])
 
 
-def _canonical_arrays(view: pl.DataFrame, queries: Sequence[str], qrels_d) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def canonical_arrays(view: pl.DataFrame, queries: Sequence[str], qrels_d) -> tuple[list[np.ndarray], list[np.ndarray]]:
     canon = view.filter(
         (pl.col("presentation") == CANONICAL_PRESENTATION) & pl.col("query_id").is_in(list(queries))
     ).sort("query_id", "doc_id")
@@ -95,9 +95,9 @@ def tune_thresholds(
     if not dev or not test:
         raise InvalidInput(f"a 50/50 split needs at least 2 queries; the scores have {len(qids)}")
     qrels_d = qrels_to_dict(qrels)
-    all_scores, _ = _canonical_arrays(view, qids, qrels_d)
+    all_scores, _ = canonical_arrays(view, qids, qrels_d)
     grid = decisions.threshold_grid(all_scores, n_grid)  # spans every query, t* from the dev half
-    dev_scores, dev_rel = _canonical_arrays(view, dev, qrels_d)
+    dev_scores, dev_rel = canonical_arrays(view, dev, qrels_d)
     grid, mean_f1 = decisions.threshold_curve(dev_scores, dev_rel, n_grid, grid=grid)
     best = decisions.best_grid_index(mean_f1)
     t_star = float(grid[best])
