@@ -19,6 +19,11 @@ HUB_STAMP := $(HUB_VENV)/.presdep-hub-installed
 # local (2 cores) or slurm (the local Slurm of cluster/start-local-slurm.sh)
 REHEARSAL_MODE ?= local
 
+# The editable package, byte-compiled: a job then loads its .pyc even where the environment sets
+# PYTHONDONTWRITEBYTECODE=1 (each job would otherwise compile it again). Up-to-date files are
+# skipped, so the targets below run it again for code edited since the install.
+COMPILE = $(BIN)/python -m compileall -q presdep
+
 .PHONY: run test env cluster-env hub-env rehearsal clean-results resume
 
 env: $(STAMP)
@@ -29,6 +34,7 @@ $(STAMP): pyproject.toml envs/constraints.txt
 	# torch first: the pinned CPU build; the package itself only asks for a range.
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -c envs/constraints.txt -e ".[retrieval,hosted,dev,bench]"
+	$(COMPILE)
 	touch $(STAMP)
 
 # The Slurm executor plugin lives in its own venv layered on .venv: loaded, it runs
@@ -50,11 +56,13 @@ $(HUB_STAMP): envs/hub-requirements.txt
 # Every job of configs/paper.yaml, offline: sources on loopback, tiny models, Table 1 in
 # .rehearsal/results/ (README, cluster section). REHEARSAL_MODE=slurm goes through Slurm.
 rehearsal: $(STAMP) $(HUB_STAMP)
+	$(COMPILE)
 	PATH="$(CURDIR)/$(BIN):$$PATH" sh cluster/rehearsal.sh $(REHEARSAL_MODE)
 
 # The main job: the workflow's default target, `rule all` = final_outputs() in rules/common.smk
 # (Table 1 and its counts, BSC's K-curve, Figure 1, the stability analysis, every metrics file).
 run: $(STAMP)
+	$(COMPILE)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES)
 
 # After a kill or crash of `make run`: drop the lock the dead run left (Snakemake cannot
@@ -66,6 +74,7 @@ resume: $(STAMP)
 
 # The hub server too: tests/workflow/test_rehearsal.py reads sources from it.
 test: $(STAMP) $(HUB_STAMP)
+	$(COMPILE)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest
 
 # Everything under results/ except its tracked README.
