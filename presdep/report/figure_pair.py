@@ -2,9 +2,9 @@
 
 Each column is one presentation's output ranking (score descending, ties by presented
 position: :func:`presdep.metrics.quality.presented_order`, the order every metric reads).
-A box is one document, labelled ``slot n · s``: ``n`` is where the document stood in that
-presentation's prompt, 1-based (the presentation's ``position`` value, which counts from 0,
-plus one; for a BSC ensemble, whose mean score was shown at no one slot, ``position`` is the
+A box is one document, labelled ``slot n · s``: ``n`` is where the document was presented in
+that shuffle's list, 1-based, across its prompts when B is smaller than the pool (the
+presentation's ``position`` value, which counts from 0, plus one; for a BSC ensemble, whose mean score was shown at no one slot, ``position`` is the
 document's first-stage rank and the box says ``first-stage n`` instead), and ``s`` is its
 score. The box colour is the document's qrels grade; retained documents (score >= t*) are
 solid, the others faded and hatched; a dashed line marks the cut. Documents retained in only
@@ -192,7 +192,7 @@ def _legend(ax, ex: ExamplePair, slot_name: str, unit: str) -> None:
         Patch(facecolor="white", edgecolor=_FLIP, linewidth=2.4, label=f"retained in only one {unit}"),
         Line2D([], [], ls="--", color="black", lw=1.4, label=f"t* = {ex.t_star:.3g} (score >= t* retained)"),
     ]
-    where = (f"the document stood n-th in that {unit}'s prompt" if slot_name == "slot"
+    where = (f"the document was presented n-th in that {unit}" if slot_name == "slot"
              else f"n is the document's {slot_name} rank")
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=2, fontsize=SMALL,
               frameon=False, title=f"box '{slot_name} n · score': {where};\nbox colour: the document's qrels grade",
