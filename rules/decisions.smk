@@ -47,20 +47,6 @@ rule contrasts:
         "../scripts/contrasts.py"
 
 
-def matched_reference_files():
-    """One file per trained run and reranking eval dataset whose seed has a single-order run."""
-    return [f"{RESULTS}/matched/{run}/{ds}.parquet" for run, (name, seed) in RUNS.items() if seed is not None
-            for ds in EVAL_DATASETS if CFG.datasets[ds].task == "rerank" and "rerank" in CFG.variants[name].tasks
-            and CFG.single_order_run("rerank", seed)]
-
-
-def matched_reference_of(wc):
-    """The single-order run at the same training seed: the target's scores and threshold."""
-    ref = CFG.single_order_run("rerank", run_variant(wc)[1])
-    return {"ref_scores": f"{RESULTS}/scores/{ref}/{wc.dataset}.parquet",
-            "ref_thresholds": f"{RESULTS}/thresholds/{ref}/{wc.dataset}.json"}
-
-
 rule matched_reference:
     input:
         unpack(matched_reference_of),

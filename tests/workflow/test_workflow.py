@@ -89,6 +89,7 @@ def test_dl19_identity_end_to_end(tmp_path, shared_data):
     (work / "results/metrics/bm25/dl19.parquet").unlink()
     dry = snakemake(work, "-n", "--cores", "2", "--configfile", DL19)
     assert planned_jobs(dry.stdout + dry.stderr) == {"metrics": 1, "table1": 1, "bsc_curve": 1, "stability": 1,
-                                                     "figure1": 1, "position_profile": 1, "all": 1}
+                                                     "figure1": 1, "position_profile": 1, "discordance": 1,
+                                                     "contrasts": 1, "all": 1}
     snakemake(work, "--cores", "2", "--configfile", DL19)
     assert (work / "results/metrics/bm25/dl19.parquet").exists()
