@@ -27,7 +27,7 @@ from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import write_text_atomic
 from presdep.metrics.rerank_rows import DEGENERATE_METRICS, raised_flags
 from presdep.report.contrast_bootstrap import ALPHA, Side, paired_difference
-from presdep.report.tables import load_metrics
+from presdep.report.tables import dataset_means, load_metrics
 
 log = logging.getLogger(__name__)
 
@@ -162,22 +162,13 @@ def amortization(metrics: pl.DataFrame, variants: Mapping[str, Variant], by_labe
     return [r for r in out if r is not None]
 
 
-def _dataset_means(metrics: pl.DataFrame, spec: Table1Column, variants: Sequence[str] | None = None) -> pl.DataFrame:
-    rows = metrics.filter((pl.col("task") == spec.task) & (pl.col("metric") == spec.metric)
-                          & (pl.col("perturbation") == spec.perturbation) & pl.col("query_id").is_null()
-                          & pl.col("value").is_not_null())
-    if variants is not None:
-        rows = rows.filter(pl.col("variant").is_in(list(variants)))
-    return rows.with_columns(pl.col("seed").fill_null(-1)).group_by("variant", "dataset").agg(pl.col("value").mean())
-
-
 def _ceiling_row(metrics: pl.DataFrame, base: str, label: str, task: str, ceiling: Mapping[str, float]) -> dict | None:
     """I = ceiling - the base's K = 10 quality, mean over datasets (a point estimate: the ceiling is
     declared, or the largest per-dataset first-stage quality of any row, a maximum)."""
-    averaged = _dataset_means(metrics, AVERAGED[task], [base])
+    averaged = dataset_means(metrics, AVERAGED[task], [base])
     if averaged.height == 0:
         return None
-    observed = _dataset_means(metrics, TABLE1_COLUMNS[QUALITY_COLUMN[task]]).group_by("dataset").agg(
+    observed = dataset_means(metrics, TABLE1_COLUMNS[QUALITY_COLUMN[task]]).group_by("dataset").agg(
         pl.col("value").max().alias("observed"))
     joined = averaged.join(observed, on="dataset", how="left")
     gaps = [ceiling.get(d, o) - v

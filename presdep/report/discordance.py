@@ -21,7 +21,7 @@ from presdep.contracts.columns import TABLE1_COLUMNS
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import write_text_atomic
 from presdep.metrics.rerank_rows import raised_flags
-from presdep.report.tables import load_metrics
+from presdep.report.tables import dataset_means, load_metrics
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,9 @@ def default_rows(variants: Mapping[str, Variant]) -> list[str]:
 
 def per_dataset(metrics: pl.DataFrame, variants: Mapping[str, Variant], column: str) -> pl.DataFrame:
     """label, dataset, value: the column's aggregate row, mean over seeds."""
-    spec = TABLE1_COLUMNS[column]
-    rows = metrics.filter((pl.col("task") == spec.task) & (pl.col("metric") == spec.metric)
-                          & (pl.col("perturbation") == spec.perturbation) & pl.col("query_id").is_null()
-                          & pl.col("value").is_not_null() & pl.col("variant").is_in(list(variants)))
     labels = {n: v.label for n, v in variants.items()}
-    return (rows.with_columns(pl.col("variant").replace_strict(labels).alias("label"))
-            .group_by("label", "dataset").agg(pl.col("value").mean()))
+    means = dataset_means(metrics, TABLE1_COLUMNS[column], variants)
+    return means.with_columns(pl.col("variant").replace_strict(labels).alias("label")).select("label", "dataset", "value")
 
 
 def discordance(metrics: pl.DataFrame, variants: Mapping[str, Variant],

@@ -16,10 +16,11 @@ from pathlib import Path
 import polars as pl
 
 from presdep.config.records import Variant
+from presdep.contracts.columns import Table1Column
 from presdep.contracts.schemas import write_text_atomic
 from presdep.contracts.views import RANDOM_SHUFFLE
 from presdep.metrics.matched_reference import PERTURBATION
-from presdep.report.tables import load_metrics
+from presdep.report.tables import cell_values, load_metrics
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +37,10 @@ COLUMNS = {
 
 
 def _cell(rows: pl.DataFrame, perturbation: str, metric: str) -> pl.DataFrame:
-    """label, value, datasets, seeds: datasets within a seed, then seeds."""
-    hit = rows.filter((pl.col("perturbation") == perturbation) & (pl.col("metric") == metric)
-                      & pl.col("query_id").is_null() & pl.col("value").is_not_null() & pl.col("value").is_not_nan())
-    by_seed = hit.with_columns(pl.col("seed").fill_null(-1)).group_by("label", "seed").agg(
-        pl.col("value").mean(), pl.col("dataset").n_unique().alias("datasets"))
-    return by_seed.group_by("label").agg(pl.col("value").mean(), pl.col("datasets").max(),
-                                         pl.col("seed").n_unique().alias("seeds"))
+    """label, value, datasets, seeds: Table 1's averaging (datasets within a seed, then seeds), by label."""
+    spec = {metric: Table1Column("rerank", metric, perturbation, "higher")}
+    got = cell_values(rows.drop("variant").rename({"label": "variant"}), spec)
+    return got.select(pl.col("variant").alias("label"), "value", "datasets", "seeds")
 
 
 def matched_table(reference: pl.DataFrame, metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> pl.DataFrame:

@@ -136,6 +136,17 @@ def cell_values(metrics: pl.DataFrame, columns: Mapping[str, Table1Column] = ALL
     return pl.concat(out, how="vertical_relaxed")
 
 
+def dataset_means(metrics: pl.DataFrame, spec: Table1Column, variants: Iterable[str] | None = None) -> pl.DataFrame:
+    """variant, dataset, value: a column's aggregate rows (the mean over a dataset's queries),
+    then the mean over training seeds; only ``variants`` when given."""
+    rows = metrics.filter((pl.col("task") == spec.task) & (pl.col("metric") == spec.metric)
+                          & (pl.col("perturbation") == spec.perturbation) & pl.col("query_id").is_null()
+                          & pl.col("value").is_not_null())
+    if variants is not None:
+        rows = rows.filter(pl.col("variant").is_in(list(variants)))
+    return rows.group_by("variant", "dataset").agg(pl.col("value").mean())
+
+
 def _aggregate(metrics: pl.DataFrame, variant: str, task: str, metric: str) -> pl.DataFrame:
     return metrics.filter(
         (pl.col("variant") == variant) & (pl.col("task") == task) & (pl.col("metric") == metric)
