@@ -29,6 +29,7 @@ include: "rules/figure1.smk"
 include: "rules/position_profile.smk"
 include: "rules/stability.smk"
 include: "rules/decisions.smk"
+include: "rules/verdicts.smk"
 include: "rules/named_run.smk"
 
 

@@ -126,10 +126,25 @@ def figure1_inputs(wildcards):
 FIGURE1 = _figure1_choice()
 
 
-def metrics_files():
+def metrics_files(table=None):
+    """Every run's metrics files, or those of the variants reported in ``table`` (table1 | controls)."""
     # A run covers the eval datasets of its variant's tasks only (a task's student, its own task).
     return [f"{RESULTS}/metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items() for ds in EVAL_DATASETS
-            if CFG.datasets[ds].task in CFG.variants[name].tasks]
+            if CFG.datasets[ds].task in CFG.variants[name].tasks
+            and (table is None or CFG.variants[name].spec["table"] == table)]
+
+
+# Rows of Table 1 and the tables built on them; opt-in control rows (`table: controls`) have their own.
+TABLE1_VARIANTS = CFG.variants_table()
+CONTROL_VARIANTS = CFG.variants_table("controls")
+# The verdict reader's claims datasets (rules/verdicts.smk): reranking eval sets with gold verdicts.
+VERDICT_DATASETS = [d for d in CFG.verdict_reader["datasets"] if d in EVAL_DATASETS]
+
+
+def verdict_metrics_files():
+    """One file per reranking run and claims dataset."""
+    return [f"{RESULTS}/verdict_metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items()
+            for ds in VERDICT_DATASETS if "rerank" in CFG.variants[name].tasks and name in TABLE1_VARIANTS]
 
 
 def matched_reference_files():
@@ -148,7 +163,7 @@ def matched_reference_of(wc):
 
 def final_outputs():
     """What a run delivers: Table 1 with its counts and BSC's K-curve, the stability analysis,
-    the discordance, contrasts and matched-retention tables, every metrics file, the position profile, and Figure 1 where the config names its example
+    the discordance, contrasts, matched-retention and verdict tables, every metrics file, the position profile, and Figure 1 where the config names its example
     (`rule all`, `make run`)."""
     return [
         f"{RESULTS}/table1.csv",
@@ -159,6 +174,8 @@ def final_outputs():
         f"{RESULTS}/discordance.md",
         f"{RESULTS}/contrasts.md",
         *([f"{RESULTS}/matched_retention.md"] if CFG.trained_variants else []),
+        *([f"{RESULTS}/verdict_flip.md"] if VERDICT_DATASETS else []),
+        *([f"{RESULTS}/controls.md"] if CONTROL_VARIANTS else []),
         *metrics_files(),
         f"{RESULTS}/position_profile.svg",
         *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),

@@ -11,7 +11,7 @@ localrules:
 
 rule discordance:
     input:
-        metrics=metrics_files(),
+        metrics=metrics_files("table1"),
     output:
         csv=f"{RESULTS}/discordance.csv",
         md=report(f"{RESULTS}/discordance.md", caption="report/discordance.rst", category="Decisions"),
@@ -29,7 +29,7 @@ rule discordance:
 
 rule contrasts:
     input:
-        metrics=metrics_files(),
+        metrics=metrics_files("table1"),
     output:
         csv=f"{RESULTS}/contrasts.csv",
         md=report(f"{RESULTS}/contrasts.md", caption="report/contrasts.rst", category="Decisions"),
@@ -73,7 +73,7 @@ rule matched_reference:
 rule matched_retention:
     input:
         matched=matched_reference_files(),
-        metrics=metrics_files(),
+        metrics=metrics_files("table1"),
     output:
         csv=f"{RESULTS}/matched_retention.csv",
         md=report(f"{RESULTS}/matched_retention.md", caption="report/matched_retention.rst", category="Decisions"),

@@ -3,7 +3,7 @@
 
 rule stability:
     input:
-        metrics=metrics_files(),
+        metrics=metrics_files("table1"),
     output:
         json=f"{RESULTS}/stability/table1.json",
         # one <column>.svg per analysed Table 1 column, each a report entry with its column as label

@@ -21,7 +21,7 @@ import copy
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,11 @@ def check_entry(entry: Mapping[str, Any], *, pool: bool) -> list[str]:
     for key in ("max_doc_chars", "max_length", "B"):
         if not isinstance(entry[key], int) or entry[key] < 1:
             out.append(f"{key} must be a positive integer, got {entry[key]!r}")
+    labels = entry.get("verdict_labels")
+    if labels is not None and (entry["task"] != "rerank" or not isinstance(labels, Mapping)
+                               or labels.get("kind") != "hf_datasets"
+                               or not {"id", "split", "revision", "format"} <= set(labels)):
+        out.append("verdict_labels (reranking entries only) needs kind hf_datasets, id, split, revision and format")
     if pool and not {"n", "seed", "heldout"} <= set(entry.get("sampling") or {}):
         out.append("a training pool needs sampling: {n, seed, heldout}")
     return out + check_sizes(entry["sizes"], pool=pool)
@@ -180,6 +185,12 @@ def fetch_key(cid: str, local: Mapping[str, Any] | None) -> str:
     """Where under resources/datasets/ a fetch writes: ``<id>`` for the catalogue's own source,
     ``<id>/local-<digest>`` for a local copy (the fetch rules' ``catalogue_id`` wildcard)."""
     return f"{cid}/{local_key(local)}" if local else cid
+
+
+def verdict_labels_outputs(cid: str) -> dict[str, str]:
+    """The claims' gold verdicts the ``fetch_verdict_labels`` rule writes for catalogue id ``cid``."""
+    d = f"{DATASETS_DIR}/{cid}"
+    return {"labels": f"{d}/verdict_labels.parquet", "manifest": f"{d}/verdict_labels.manifest.json"}
 
 
 def fetch_outputs(cid: str, kind: str) -> dict[str, str]:
@@ -346,6 +357,9 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
         if pool:
             expanded["role"] = "train" if split == "train" else "heldout"
         expanded.update(_query_lists(entry, catalogue.get("query_lists") or {}))
+        if entry.get("verdict_labels"):  # a config's own verdict_labels (a local copy) replaces these
+            expanded["verdict_labels"] = {"path": verdict_labels_outputs(cid)["labels"],
+                                          "format": entry["verdict_labels"]["format"]}
         expanded.update({k: v for k, v in spec.items() if k not in ("from_catalogue", "local_path")})
         expanded["from_catalogue"] = cid
         if local is not None:
@@ -376,6 +390,21 @@ def fetch_jobs(datasets: Mapping[str, Dataset], catalogue: Mapping[str, Mapping]
         local = thaw(spec.get("local_path"))
         jobs[fetch_key(cid, local)] = {"catalogue_id": cid, "layout": layout(entry, local, pool), "entry": entry,
                                        "local": local}
+    return jobs
+
+
+def verdict_label_jobs(datasets: Mapping[str, Dataset], wanted: Iterable[str],
+                       catalogue: Mapping[str, Mapping] | None = None,
+                       overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
+    """catalogue id -> its ``verdict_labels`` source (the config's ``catalogue_overrides`` applied), for
+    the ``wanted`` datasets that read the catalogue's fetched claims (not a config's own labels file)."""
+    catalogue = with_overrides(catalogue or load_catalogue(), thaw(overrides))
+    jobs = {}
+    for name in wanted:
+        spec = datasets[name].spec
+        cid = spec.get("from_catalogue")
+        if isinstance(cid, str) and spec.get("verdict_labels", {}).get("path") == verdict_labels_outputs(cid)["labels"]:
+            jobs[cid] = thaw(lookup(catalogue, cid)[0]["verdict_labels"])
     return jobs
 
 

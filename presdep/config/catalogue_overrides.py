@@ -19,6 +19,7 @@ OVERRIDABLE = {
     "source": ("url", "sha256", "revision", "prebuilt_index"),
     "sampling": ("n", "heldout", "dev"),
     "selection": ("questions",),
+    "verdict_labels": ("revision",),  # the claims' verdicts: the hub commit, as for an hf_datasets source
 }
 
 
@@ -45,7 +46,7 @@ def with_overrides(catalogue: Mapping[str, Any], overrides: Mapping[str, Any] | 
                 problems.append(f"catalogue_overrides.{cid}.{part}: {unknown} cannot change; only {list(allowed)}")
                 continue
             if part != "source" and not isinstance(entry.get(part), Mapping):
-                problems.append(f"catalogue_overrides.{cid}.{part}: the catalogue entry has no {part} to resize")
+                problems.append(f"catalogue_overrides.{cid}.{part}: the catalogue entry has no {part} to override")
                 continue
             entry[part] = {**(entry.get(part) or {}), **copy.deepcopy(dict(values))}
     if problems:

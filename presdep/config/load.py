@@ -216,8 +216,30 @@ def _check_references(config: Mapping[str, Any]) -> None:
     qa = [d for d, spec in datasets.items() if spec["task"] == "qa"]
     if qa and reader.get("model") is None:
         problems.append(f"reader.model: QA datasets {qa} need a frozen reader (a key of models)")
+    problems.extend(verdict_reader_problems(config["verdict_reader"], reader, datasets, models))
     if problems:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
+
+
+def verdict_reader_problems(verdict: Mapping[str, Any], reader: Mapping[str, Any], specs: Mapping[str, Any],
+                            models: Mapping[str, Any]) -> list[str]:
+    """The verdict reader's datasets must be reranking eval sets with labels, and it needs a model."""
+    out = []
+    for name in verdict["datasets"]:
+        spec = specs.get(name)
+        if spec is None:
+            out.append(f"verdict_reader.datasets: {name!r} is not a dataset of this config ({sorted(specs)})")
+        elif spec["task"] != "rerank" or spec["role"] != "eval":
+            out.append(f"verdict_reader.datasets: {name!r} is a {spec['role']} {spec['task']} dataset; "
+                       "the verdict reader reads reranking eval datasets")
+        elif "verdict_labels" not in spec:
+            out.append(f"verdict_reader.datasets: {name!r} has no verdict_labels (each claim's gold verdict)")
+    model = verdict.get("model", reader.get("model"))
+    if verdict["datasets"] and model is None:
+        out.append("verdict_reader.model: give a key of models (or set reader.model)")
+    elif model is not None and model not in models:
+        out.append(f"verdict_reader.model: {model!r} is not a key of models ({sorted(models)})")
+    return out
 
 
 FIRST_STAGE_VARIANT = "first_stage"

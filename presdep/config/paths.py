@@ -51,6 +51,9 @@ def _expected(name: str, spec: Mapping[str, Any]) -> Iterator[tuple[str, Any, st
     where = f"datasets.{name}"
     cands = spec.get("candidates") or {}
     fmt = cands.get("format")
+    labels = spec.get("verdict_labels")
+    if isinstance(labels, Mapping) and "path" in labels:
+        yield f"{where}.verdict_labels.path", labels["path"], FILE, f"verdict labels ({labels.get('format')})"
     if "path" in cands:
         yield f"{where}.candidates.path", cands["path"], CANDIDATES_PATH.get(fmt, FILE), f"format {fmt}"
     if "run" in cands:

@@ -83,6 +83,10 @@ class WorkflowConfig:
         return self.raw["reader"]
 
     @property
+    def verdict_reader(self) -> Mapping[str, Any]:
+        return self.raw["verdict_reader"]
+
+    @property
     def stability(self) -> Mapping[str, Any]:
         return self.raw["stability"]
 
@@ -161,9 +165,10 @@ class WorkflowConfig:
             raise ConfigError(f"model {name!r} is not a key of models ({sorted(self.models)})")
         return self.models[name]
 
-    def variants_table(self) -> dict:
-        """Every variant's settings as plain data (Table 1 reads labels, skips and tasks from it)."""
-        return {n: v.as_dict() for n, v in self.variants.items()}
+    def variants_table(self, table: str = "table1") -> dict:
+        """The settings of the variants reported in ``table`` (table1, or the opt-in controls) as
+        plain data (the tables read labels, skips and tasks from it)."""
+        return {n: v.as_dict() for n, v in self.variants.items() if v.spec["table"] == table}
 
 
 __all__ = [

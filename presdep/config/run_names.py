@@ -15,7 +15,9 @@ import difflib
 RESERVED_RUN_NAMES = frozenset({
     "answers", "bench", "benchmarks", "cache", "ledger", "metrics", "models", "scores", "silver", "stability",
     "thresholds", "bsc_curve.csv", "contrasts.csv", "contrasts.md", "discordance.csv", "discordance.md",
-    "matched", "matched_retention.csv", "matched_retention.md",
+    "matched", "matched_retention.csv", "matched_retention.md", "verdicts", "verdict_metrics",
+    "verdict_flip.csv", "verdict_flip.md",
+    "controls.csv", "controls.md", "controls_counts.csv",
     "figure1.png", "figure1.svg", "position_profile.png",
     "position_profile.svg", "README.md", "report.html", "table1.csv", "table1.md", "table1_counts.csv",
 })

@@ -118,6 +118,13 @@ _BUILTIN = (
     # Pairwise within a prompt, both orders: invariant to order, not to which documents share it.
     ScorerEntry("pairrm", "presdep.scoring.pairrm:make_pairrm",
                 Capabilities(order_invariant=True, tasks=("response",))),
+    # PINE and its isolated control: the expected-grade readout of one listwise prompt (so
+    # probabilities, BSC and every task), under a hand-written attention over the base model's
+    # own modules, so no adapter.
+    ScorerEntry("pine", "presdep.scoring.pine:make_pine",
+                Capabilities(probabilities=True, batched_listwise=True, tasks=("rerank", "qa", "response"))),
+    ScorerEntry("isolated_slots", "presdep.scoring.pine:make_isolated_slots",
+                Capabilities(probabilities=True, batched_listwise=True, tasks=("rerank", "qa", "response"))),
 )
 BUILTIN: dict[str, ScorerEntry] = {e.name: e for e in _BUILTIN}
 # name -> "module:factory" (the built-in names; entry points are added by registry()).

@@ -123,6 +123,19 @@ SCHEMAS: dict[str, pa.Schema] = {
             _field("raw_answer", _STR),  # the generated text before clean_answer
         ]
     ),
+    # The verdict reader's judgements (presdep.scoring.verdict_reader): one row per claim x presentation.
+    "verdicts": pa.schema(
+        [
+            _field("query_id", _STR),
+            _field("perturbation", _STR),
+            _field("presentation", _I32),
+            _field("verdict", _STR),  # SUPPORTED | REFUTED | NEI | INVALID
+            _field("raw_answer", _STR),
+            _field("gold", _STR),
+            _field("evidence_in_topk", _I32),  # judged relevant passages among the k read
+            _field("evidence_slot", _I32, True),  # 0-based slot of the first; null when none was read
+        ]
+    ),
     "metrics": pa.schema(
         [
             _field("dataset", _STR),
@@ -167,6 +180,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "scores": ("query_id", "doc_id", "perturbation", "presentation"),
     "silver": ("query_id", "doc_id", "teacher", "presentation"),
     "answers": ("query_id", "perturbation", "presentation"),
+    "verdicts": ("query_id", "perturbation", "presentation"),
     "metrics": ("dataset", "variant", "seed", "perturbation", "query_id", "metric"),
     "flip_ledger": ("decision", "query_id", "doc_id", "presentation_a", "presentation_b"),
 }

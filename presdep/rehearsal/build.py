@@ -64,15 +64,27 @@ def _sources(kind: str) -> list[tuple[str, dict]]:
             if e["source"]["kind"] == kind]
 
 
+def _verdict_sources() -> list[tuple[str, dict]]:
+    """(catalogue id, verdict_labels) of every dataset whose claims' verdicts come from the hub."""
+    return [(cid, e["verdict_labels"]) for cid, e in load_catalogue()["datasets"].items()
+            if (e.get("verdict_labels") or {}).get("kind") == "hf_datasets"]
+
+
 def _publish_datasets(root: Path, pins: dict) -> dict[str, str]:
+    """Publish every hub dataset repo; pin each entry's source (and its verdict_labels) to the commit."""
     commits: dict[str, str] = {}
-    for cid, source in _sources("hf_datasets"):
-        repo_id = source["id"]
+
+    def publish(repo_id: str) -> str:
         if repo_id not in commits:
             content = root / "originals" / "hub" / "datasets" / repo_id
             commits[repo_id] = git_repos.publish(content, root / "hub", "datasets", repo_id,
                                                  f"{repo_id}: synthetic rows in the published schema")
-        pins.setdefault(cid, {}).setdefault("source", {})["revision"] = commits[repo_id]
+        return commits[repo_id]
+
+    for cid, source in _sources("hf_datasets"):
+        pins.setdefault(cid, {}).setdefault("source", {})["revision"] = publish(source["id"])
+    for cid, labels in _verdict_sources():
+        pins.setdefault(cid, {}).setdefault("verdict_labels", {})["revision"] = publish(labels["id"])
     return commits
 
 

@@ -5,8 +5,8 @@ a rehearsal hold, so that presdep's own fetch code (presdep.data.fetch) reads th
 reads the real sources:
 
 - ``hub/datasets/<org>/<name>/``: the content of a Hugging Face dataset repository per
-  ``hf_datasets`` source (Parquet data files in the published schema, and a README.md whose
-  ``configs:`` front matter maps each config and split to its files);
+  ``hf_datasets`` source and per ``verdict_labels`` source (Parquet data files in the published
+  schema, and a README.md whose ``configs:`` front matter maps each config and split to its files);
 - ``files/<name>``: each ``url`` source's download (zips laid out as the releases are);
 - ``local/<catalogue id>/``: the files a user-supplied entry's ``local:`` spec asks for (a BEIR
   folder, or rank_llm JSON candidates with TREC qrels);
@@ -30,6 +30,7 @@ Helpers: originals_text (words, writers), originals_ranked (collections, ranked 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,13 @@ from presdep.rehearsal.originals_ranked import (
     topics_tsv,
 )
 from presdep.rehearsal.originals_rows import (
+    CLAIM_CLASSES,
+    CLIMATE_FEVER_SCHEMA,
     HOTPOTQA_SCHEMA,
     NECTAR_SCHEMA,
     REWARDBENCH2_SCHEMA,
     ULTRAFEEDBACK_SCHEMA,
+    climate_fever_rows,
     hotpotqa_rows,
     musique_rows,
     nectar_rows,
@@ -110,6 +114,7 @@ class _Writer:
         self.catalogue = load_catalogue()
         self.collections: dict[str, Collection] = {}  # prebuilt index -> documents
         self.hf: dict[str, dict[str, dict[str, pa.Table]]] = {}  # repo id -> config -> split -> rows
+        self.topics: dict[str, dict[str, str]] = {}  # ranked catalogue id -> query id -> query text
         self.report: dict[str, Any] = {"params": {"queries": queries, "docs_per_query": docs_per_query, "seed": seed,
                                                   "pool_rows": pool_rows},
                                        "datasets": {}, "training_pools": {}, "indexes": {}}
@@ -190,6 +195,7 @@ class _Writer:
             ranked = ranked_set(rng, self.vocab, coll, qids, docs_per_query=self.dpq, plan=plan,
                                 unjudged_topics=2 if dl else 0, titles=not dl)
             files = self._topics_qrels(source, ranked)
+            self.topics[cid] = ranked.topics
         files["index"] = self.rel(self.root / "lucene" / index / "docs.jsonl")
         return {"kind": source["kind"], "files": files, "index": index,
                 "rows": {"topics": len(ranked.topics), "judged": len(ranked.grades),
@@ -211,6 +217,7 @@ class _Writer:
             write_text_atomic(folder / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\n" + "".join(
                 f"{q}\t{d}\t{g}\n" for q, dg in ranked.grades.items() for d, g in dg.items()))
             files = {"beir": self.rel(folder)}
+            self.topics[cid] = ranked.topics
             if source.get("topics") and source.get("qrels"):  # Anserini's copies, for a machine that has them
                 files.update(self._topics_qrels(source, ranked))
             rows = {"documents": len(coll.docs), "queries": len(ranked.topics),
@@ -231,6 +238,7 @@ class _Writer:
             write_text_atomic(folder / "candidates.json", json_text(entries) + "\n")
             write_text_atomic(folder / "qrels.txt", qrels_lines(ranked.grades))
             files = {"candidates": self.rel(folder / "candidates.json"), "qrels": self.rel(folder / "qrels.txt")}
+            self.topics[cid] = ranked.topics
             rows = {"queries": len(entries), "candidates": sum(len(e["hits"]) for e in entries),
                     "judgements": sum(map(len, ranked.grades.values()))}
         else:
@@ -266,20 +274,37 @@ class _Writer:
             return rm_bench_rows(rng, self.vocab, n), None
         raise ValueError(f"{section}.{cid}: no original writer for converter {conv!r}")
 
-    def hf_datasets(self, section: str, cid: str, entry: Mapping[str, Any]) -> dict:
-        source = entry["source"]
-        rows, schema = self._rows(section, cid, entry)
-        if schema is None:
-            raise ValueError(f"{section}.{cid}: converter {source['converter']!r} has no Parquet schema here")
+    def _hub_split(self, where: str, source: Mapping[str, Any], rows: list[dict], schema: pa.Schema) -> dict:
+        """Queue ``rows`` as one split of a hub dataset repo; the report's files and location of it."""
         config, split = source.get("config"), source["split"]
         splits = self.hf.setdefault(source["id"], {}).setdefault(config or "default", {})
         if split in splits:
-            raise ValueError(f"{section}.{cid}: {source['id']} {config or 'default'}/{split} is written twice")
+            raise ValueError(f"{where}: {source['id']} {config or 'default'}/{split} is written twice")
         splits[split] = pa.Table.from_pylist(rows, schema=schema)
         path = self.root / "hub" / "datasets" / source["id"] / _hf_folder(config) / _SPLIT_FILE.format(split=split)
         return {"kind": "hf_datasets", "files": {"repo": self.rel(self.root / "hub" / "datasets" / source["id"]),
                                                  "data": self.rel(path)},
                 "repo_id": source["id"], "config": config, "split": split, "rows": {"rows": len(rows)}}
+
+    def hf_datasets(self, section: str, cid: str, entry: Mapping[str, Any]) -> dict:
+        source = entry["source"]
+        rows, schema = self._rows(section, cid, entry)
+        if schema is None:
+            raise ValueError(f"{section}.{cid}: converter {source['converter']!r} has no Parquet schema here")
+        return self._hub_split(f"{section}.{cid}", source, rows, schema)
+
+    def verdict_labels(self, cid: str, entry: Mapping[str, Any]) -> dict:
+        """The claims' gold verdicts, one row per query of the entry's ranked stand-in (claim id = query id)."""
+        source = entry["verdict_labels"]
+        if source.get("kind") != "hf_datasets" or source.get("format") != "climate_fever":
+            raise ValueError(f"datasets.{cid}.verdict_labels: no original writer for {source!r}")
+        if cid not in self.topics:
+            raise ValueError(f"datasets.{cid}.verdict_labels: the entry has no ranked stand-in to take claims from")
+        rows = climate_fever_rows(self.rng(cid, "verdicts"), self.vocab, self.topics[cid])
+        out = self._hub_split(f"datasets.{cid}.verdict_labels", source, rows, CLIMATE_FEVER_SCHEMA)
+        labels = Counter(CLAIM_CLASSES[r["claim_label"]] for r in rows)
+        out["rows"]["labels"] = dict(sorted(labels.items()))
+        return out
 
     def url(self, section: str, cid: str, entry: Mapping[str, Any]) -> dict:
         source = entry["source"]
@@ -349,6 +374,10 @@ def write_originals(root: Path, *, queries: int = 6, docs_per_query: int = 10, s
             if kind not in handlers:
                 raise ValueError(f"{section}.{cid}: no original writer for source kind {kind!r}")
             w.report[section][cid] = handlers[kind](section, cid, entry)
+    # After the ranked sets, whose queries are the claims; a key of its own, so the per-section
+    # reports keep one source per catalogue id.
+    w.report["verdict_labels"] = {cid: w.verdict_labels(cid, entry) for cid, entry in w.catalogue["datasets"].items()
+                                  if entry.get("verdict_labels")}
     w.write_hub()
     w.write_lucene()
     return w.report

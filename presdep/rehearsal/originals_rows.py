@@ -1,13 +1,15 @@
 """Rows for the rehearsal's synthetic originals: QA sets and response sets, with their Parquet schemas.
 
 QA: HotpotQA (Hugging Face), 2WikiMultihopQA, MuSiQue. Responses: RewardBench 2, Nectar, PPE,
-UltraFeedback, RM-Bench.
+UltraFeedback, RM-Bench. Claims: Climate-FEVER's verdicts (Hugging Face).
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,3 +252,64 @@ def rm_bench_rows(rng: random.Random, vocab: Vocab, n: int) -> list[dict]:
                      "error_key": error, "error": f"The answer should name {keys[-1]}, not {error}."})
     return rows
 
+
+
+# --------------------------------------------------------------------------- claim rows
+
+
+# Climate-FEVER's ClassLabel orders on the hub: claims have four classes, evidences three.
+CLAIM_CLASSES = ("SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "DISPUTED")
+_EVIDENCE_CLASSES = CLAIM_CLASSES[:3]
+_EVIDENCES_PER_CLAIM = 5  # the release keeps five evidence sentences per claim
+_VOTES = 5  # annotator slots per evidence; unfilled slots are null
+
+
+def _claim_labels(rng: random.Random, n: int) -> list[int]:
+    """Class indexes for ``n`` claims: every class at least once when ``n >= 4``, distinct below."""
+    labels = list(range(len(CLAIM_CLASSES))) + [rng.randrange(len(CLAIM_CLASSES)) for _ in range(n - 4)]
+    rng.shuffle(labels)
+    return labels[:n]
+
+
+def _evidence_labels(rng: random.Random, claim_label: int) -> list[int]:
+    """Evidence verdicts that agree with the claim's: DISPUTED has both a support and a refutation."""
+    wanted = {0: [0], 1: [1], 2: [], 3: [0, 1]}[claim_label]
+    # The rest: neutral, or more of the same; a NOT_ENOUGH_INFO claim has no deciding evidence.
+    rest = {0: (0, 2), 1: (1, 2), 2: (2,), 3: (0, 1, 2)}[claim_label]
+    labels = wanted + [rng.choice(rest) for _ in range(_EVIDENCES_PER_CLAIM - len(wanted))]
+    rng.shuffle(labels)
+    return labels
+
+
+def _votes(rng: random.Random, label: int) -> tuple[list[str | None], float]:
+    """Annotators' votes (the majority is ``label``) and their entropy in bits, as the release gives."""
+    cast = rng.randint(2, _VOTES)
+    majority = cast // 2 + 1
+    names = [_EVIDENCE_CLASSES[label]] * majority + [rng.choice(_EVIDENCE_CLASSES) for _ in range(cast - majority)]
+    rng.shuffle(names)
+    counts = Counter(names).values()
+    entropy = -sum(c / cast * math.log2(c / cast) for c in counts)
+    return names + [None] * (_VOTES - cast), abs(entropy)  # abs: no -0.0 for a unanimous vote
+
+
+def climate_fever_rows(rng: random.Random, vocab: Vocab, claims: Mapping[str, str]) -> list[dict]:
+    """One row per claim (``claims``: claim id -> claim text), in id order as given."""
+    rows = []
+    for (claim_id, claim), label in zip(claims.items(), _claim_labels(rng, len(claims))):
+        evidences = []
+        for ev_label in _evidence_labels(rng, label):
+            article = vocab.title().replace(" ", "_")
+            votes, entropy = _votes(rng, ev_label)
+            evidences.append({"evidence_id": f"{article}:{rng.randrange(200)}", "evidence_label": ev_label,
+                              "article": article, "evidence": sentence(rng, [article.replace("_", " ")]),
+                              "entropy": entropy, "votes": votes})
+        rows.append({"claim_id": claim_id, "claim": claim, "claim_label": label, "evidences": evidences})
+    return rows
+
+
+CLIMATE_FEVER_SCHEMA = pa.schema([
+    ("claim_id", pa.string()), ("claim", pa.string()), ("claim_label", pa.int64()),
+    ("evidences", pa.list_(pa.struct([
+        ("evidence_id", pa.string()), ("evidence_label", pa.int64()), ("article", pa.string()),
+        ("evidence", pa.string()), ("entropy", pa.float32()), ("votes", pa.list_(pa.string()))]))),
+])

@@ -16,7 +16,6 @@ from presdep.contracts.readouts import GradeReadout, PromptScorer
 from presdep.runtime.hashing import weights_sha256
 from presdep.runtime.models import (
     describe_model,
-    dtype_name,
     load_causal_lm,
     load_tokenizer,
     model_identity,
@@ -24,6 +23,7 @@ from presdep.runtime.models import (
     resolve_dtype_choice,
 )
 from presdep.scoring.hf_load import pad_id
+from presdep.scoring.lazy_model import LazyModel
 from presdep.scoring.merged_adapter import load_student, merges
 from presdep.scoring.read_cache import Stopwatch, entry_key
 from presdep.scoring.read_through import Prepared, readouts_of, token_batches
@@ -64,7 +64,7 @@ def make_identity(run: ScoringRun, prompt: PromptSettings) -> IdentityScorer:
     return IdentityScorer()
 
 
-class TransformersScorer(PromptScorer):
+class TransformersScorer(LazyModel, PromptScorer):
     """Reference backend: the one-pass readout with a Hugging Face causal LM.
 
     Prompts are sorted by length and batched (right padding); results come back
@@ -135,43 +135,8 @@ class TransformersScorer(PromptScorer):
         # a read (a cache hit, a repeat, another job's read); score_dataset sets it for its bar.
         self.on_progress: Callable[[int, int], None] | None = None
 
-    @property
-    def model(self) -> Any:
-        if self._model is None:
-            with self.load:
-                self._model = self._model_loader()
-        return self._model
-
-    @property
-    def model_loaded(self) -> bool:
-        return self._model is not None
-
-    @property
-    def device(self):
-        import torch
-
-        if self._model is None:
-            return torch.device(self._device)
-        return next(self._model.parameters()).device
-
-    @property
-    def dtype_name(self) -> str:
-        return dtype_name(self._dtype if self._model is None else next(self._model.parameters()).dtype)
-
     def describe(self) -> dict:
-        out = {
-            "scorer": self.name,
-            "model": self.model_desc,
-            "template": self.builder.template.name,
-            "template_sha256": self.template_sha256,
-            "instruction": self.builder.instruction,
-            "dtype": self.dtype_name,
-            "device_type": self.device.type,
-            "grade_token_ids": list(self.grade_ids),
-        }
-        if self.dtype_reason:
-            out["dtype_reason"] = self.dtype_reason
-        return out
+        return self.readout_description()
 
     def cache_identity(self) -> dict:
         """Everything a stored read depends on besides its token ids (the read cache's folder)."""

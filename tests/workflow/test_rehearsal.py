@@ -34,11 +34,14 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 OLAH = REPO / ".venv-hub" / "bin" / "olah-cli"
 PRESDEP = Path(sys.executable).with_name("presdep")
 # One dataset per source kind and task; each scorer family once; one student per pool kind.
-SLICE_DATASETS = ("dl19", "signal1m", "hotpotqa", "musique", "rewardbench2",
+SLICE_DATASETS = ("dl19", "climate-fever", "signal1m", "hotpotqa", "musique", "rewardbench2",
                   "msmarco-train", "msmarco-heldout", "hotpotqa-train", "hotpotqa-heldout")
 SLICE_VARIANTS = ("off_the_shelf", "jina_reranker_v3", "rank_zephyr", "mxbai_rerank_base", "skywork_reward",
                   "pairrm", "single_order_rerank", "oc_sft_qa")
 PROFILE = ("--profile", "profiles/slurm", "--profile", "profiles/slurm-rehearsal")
+# The paper's decision programs beside Table 1 (the verdict reader on Climate-FEVER's claims).
+DECISIONS = ("results/discordance.md", "results/contrasts.md", "results/matched_retention.md",
+             "results/verdict_flip.md")
 RUN_TIMEOUT = 1500
 
 
@@ -135,7 +138,7 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
     show = subprocess.run(["scontrol", "show", "job", model_job], capture_output=True, text=True).stdout
     assert "JobState=COMPLETED" in show and re.search(r"Tres\w*=\S*gres[:/]gpu[:=][1-9]", show), show
     local = subprocess.run(["timeout", str(RUN_TIMEOUT), str(Path(sys.executable).with_name("snakemake")),
-                            "--cores", "2", *config, "--", "results/table1.csv"], cwd=work, env=env,
+                            "--cores", "2", *config, "--", "results/table1.csv", *DECISIONS], cwd=work, env=env,
                            capture_output=True, text=True)
     outs.append(local.stdout + local.stderr)
     assert local.returncode == 0, outs[-1][-6000:]
@@ -147,7 +150,7 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
 
     # Every rule the paper's own plan has ran here (the BEIR-folder path adds its index and retrieval).
     paper = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "--configfile",
-                            "configs/paper.yaml", "--", "results/table1.csv"], cwd=work, capture_output=True,
+                            "configs/paper.yaml", "--", "results/table1.csv", *DECISIONS], cwd=work, capture_output=True,
                            text=True, timeout=300)
     assert paper.returncode == 0, paper.stderr[-3000:]
     missing = set(planned_jobs(paper.stdout + paper.stderr)) - set(ran)
@@ -171,6 +174,9 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
             assert m["version"]["mirror"]["url"] == pinned["prebuilt_index"]["url"], cid
             assert m["version"]["md5"] == pinned["prebuilt_index"]["md5"], cid
     assert manifests["msmarco-train"]["version"]["pyserini_topics"] == {"kind": "irds", "id": "msmarco-passage/train/judged"}
+    claims = json.loads((work / "resources/datasets/climate-fever/verdict_labels.manifest.json").read_text())
+    assert claims["version"]["revision"] == pins["catalogue_overrides"]["climate-fever"]["verdict_labels"]["revision"]
+    assert claims["version"]["endpoint"] == endpoint and claims["rows"]["DISPUTED"] >= 1, claims
     fetched = [name for name in pins["models"] if (work / "resources" / "models" / name).is_dir()]
     assert len(fetched) == ran["fetch_model"], fetched
     for name in fetched:
@@ -186,6 +192,14 @@ def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slu
     families = {v.get("scorer") for v in paper_cfg.values() if "skip" not in v} - {"vllm"}
     slice_families = {load_yaml(work / "slice.yaml")["variants"][v]["scorer"] for v in SLICE_VARIANTS}
     assert families <= slice_families | {None}, families - slice_families
+
+    # The verdict reader judged every reranking row's shuffles on Climate-FEVER's claims.
+    rerank_rows = {load_yaml(work / "slice.yaml")["variants"][v].get("label", v) for v in SLICE_VARIANTS
+                   if "rerank" in load_yaml(work / "slice.yaml")["variants"][v].get("tasks", ["rerank"])}
+    verdicts = (work / "results" / "verdict_flip.csv").read_text()
+    assert all(f"{label},climate-fever,random_shuffle" in verdicts for label in rerank_rows), verdicts
+    for out in DECISIONS:
+        assert (work / out).stat().st_size > 0, out
 
     print(f"rehearsal slice: {sum(ran.values())} jobs, {len(submitted)} sbatch submissions "
           f"({slurm_wall:.0f} s through Slurm), {wall:.0f} s in all")

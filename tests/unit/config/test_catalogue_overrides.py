@@ -1,5 +1,5 @@
-"""catalogue_overrides: a config moves a source (URL, sha256, revision, prebuilt tarball) and resizes
-a pool, and nothing else; a second --configfile merges into the first's datasets and variants."""
+"""catalogue_overrides: a config moves a source (URL, sha256, revision, prebuilt tarball), pins the
+claims' verdicts to a hub commit and resizes a pool, and nothing else; a second --configfile merges into the first's datasets and variants."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from presdep.config import SCHEMA_PATH, ConfigError, load_workflow_config
-from presdep.config.catalogue import fetch_jobs, load_catalogue
-from presdep.config.catalogue_overrides import with_overrides
+from presdep.config.catalogue import fetch_jobs, load_catalogue, verdict_label_jobs
+from presdep.config.catalogue_overrides import OVERRIDABLE, with_overrides
 from presdep.config.load import apply_replacing_sections
+from presdep.config.record_values import thaw
 from presdep.config.yaml_io import load_yaml
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,6 +35,8 @@ def test_an_override_moves_the_source_and_keeps_the_rest() -> None:
     ({"rm-bench": {"source": {"converter": "other"}}}, r"rm-bench.source: \['converter'\] cannot change"),
     ({"rm-bench": {"instruction": {"x": 1}}}, r"rm-bench.instruction: only"),
     ({"rm-bench": {"sampling": {"n": 3}}}, r"rm-bench.sampling: the catalogue entry has no sampling"),
+    ({"climate-fever": {"verdict_labels": {"id": "other/claims"}}}, r"climate-fever.verdict_labels: \['id'\] cannot change"),
+    ({"rm-bench": {"verdict_labels": {"revision": "a" * 40}}}, r"rm-bench.verdict_labels: the catalogue entry has no"),
 ])
 def test_what_cannot_change_is_refused_by_name(change, message) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -50,11 +53,43 @@ def test_the_fetch_job_reads_the_moved_source(tmp_path: Path) -> None:
     assert fetch_jobs(records.datasets)["rm-bench"]["entry"]["source"]["url"].startswith("https://")
 
 
+def test_an_override_pins_the_verdict_labels_and_keeps_the_rest() -> None:
+    cat = load_catalogue()
+    moved = with_overrides(cat, {"climate-fever": {"verdict_labels": {"revision": "b" * 40}}})
+    labels, old = moved["datasets"]["climate-fever"]["verdict_labels"], cat["datasets"]["climate-fever"]["verdict_labels"]
+    assert labels["revision"] == "b" * 40 and old["revision"] is None
+    assert {k: v for k, v in labels.items() if k != "revision"} == {k: v for k, v in old.items() if k != "revision"}
+    assert moved["datasets"]["climate-fever"]["source"] == cat["datasets"]["climate-fever"]["source"]
+
+
+def test_the_verdict_labels_job_reads_the_pinned_revision() -> None:
+    config = {"protocol": {}, "variants": {"id": {"scorer": "identity"}}, "first_stage_row": False,
+              "datasets": {"climate-fever": {"from_catalogue": True}},
+              "catalogue_overrides": {"climate-fever": {"verdict_labels": {"revision": "c" * 40}}}}
+    _, records = load_workflow_config(config, SCHEMA_PATH)
+    pinned = with_overrides(load_catalogue(), thaw(records.catalogue_overrides))
+    jobs = verdict_label_jobs(records.datasets, ["climate-fever"], pinned)
+    assert jobs["climate-fever"]["revision"] == "c" * 40
+    assert jobs["climate-fever"]["id"] == "tdiggelm/climate_fever"
+    assert verdict_label_jobs(records.datasets, ["climate-fever"])["climate-fever"]["revision"] is None
+
+
 def test_the_schema_closes_the_override_block() -> None:
     config = {"protocol": {}, "variants": {"id": {"scorer": "identity"}}, "datasets": {"rm-bench": {"from_catalogue": True}},
               "catalogue_overrides": {"rm-bench": {"source": {"sha256": "not-hex"}}}}
     with pytest.raises(ConfigError, match="sha256"):
         load_workflow_config(config, SCHEMA_PATH)
+    config["catalogue_overrides"] = {"climate-fever": {"verdict_labels": {"format": "verdicts_jsonl"}}}
+    with pytest.raises(ConfigError, match=r"\['format'\] cannot change"):
+        load_workflow_config(config, SCHEMA_PATH)
+
+
+def test_the_schema_block_names_exactly_the_overridable_keys() -> None:
+    block = load_yaml(SCHEMA_PATH)["properties"]["catalogue_overrides"]["additionalProperties"]
+    assert block["additionalProperties"] is False
+    assert {part: set(spec["properties"]) for part, spec in block["properties"].items()} == \
+        {part: set(keys) for part, keys in OVERRIDABLE.items()}
+    assert all(spec["additionalProperties"] is False for spec in block["properties"].values())
 
 
 def test_a_second_configfile_merges_into_the_first_files_sections(tmp_path: Path) -> None:

@@ -93,3 +93,38 @@ def test_the_hub_serves_a_pinned_commit_to_huggingface_hub(tmp_path: Path) -> No
         assert files == "['config.json', 'sub/x.txt']"
     finally:
         servers.stop(tmp_path / "state")
+
+
+def test_verdict_labels_are_fetched_from_the_hub_at_a_pinned_commit(tmp_path: Path) -> None:
+    """fetch_verdict_labels against the loopback hub serving Climate-FEVER's stand-in claims: the
+    rows kept as published, the manifest with the commit read and the classes counted."""
+    import json
+    import subprocess
+    import sys
+
+    from presdep.rehearsal.originals import write_originals
+
+    write_originals(tmp_path / "orig", queries=5)
+    repo = tmp_path / "orig" / "hub" / "datasets" / "tdiggelm" / "climate_fever"
+    commit = git_repos.publish(repo, tmp_path / "hub", "datasets", "tdiggelm/climate_fever", "claims")
+    ports = servers.Ports(hub=_port(), files=_port())
+    state = servers.start(tmp_path / "state", tmp_path / "hub", tmp_path, OLAH, ports, only=("hub",))
+    try:
+        source = {"kind": "hf_datasets", "id": "tdiggelm/climate_fever", "split": "test", "revision": commit,
+                  "format": "climate_fever"}
+        code = ("import json, sys; from presdep.data.verdict_labels import fetch_verdict_labels; "
+                f"m = fetch_verdict_labels('climate-fever', {source!r}, sys.argv[1], sys.argv[2], sys.argv[3]); "
+                "print(json.dumps(m.rows))")
+        env = {**os.environ, "HF_ENDPOINT": state["hub"]["url"], "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "labels.parquet"), str(tmp_path / "m.json"),
+                              str(tmp_path / "downloads")], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+    finally:
+        servers.stop(tmp_path / "state")
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rows["claims"] == 5 and {"SUPPORTED", "REFUTED", "NEI", "DISPUTED"} <= set(rows)
+    manifest = json.loads((tmp_path / "m.json").read_text())
+    assert manifest["version"]["revision"] == commit and manifest["version"]["pinned"] is True
+    from presdep.data.verdict_labels import read_verdict_labels
+
+    assert read_verdict_labels(tmp_path / "labels.parquet", "climate_fever").height == 5

@@ -234,7 +234,9 @@ def test_granite_through_the_frozen_qa_reader(repos):
         out = reader.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                     max_new_tokens=8, eos_token_id=reader.eos_id, pad_token_id=reader.pad_id)
         assert reader.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True) == text
-    assert reader.answer(items) == [reader.answer([it])[0] for it in items]
+    from presdep.scoring.reader import paper_answer
+
+    assert reader.answer(items, paper_answer) == [reader.answer([it], paper_answer)[0] for it in items]
 
 
 def test_rank_zephyr_through_generative_listwise(repos):

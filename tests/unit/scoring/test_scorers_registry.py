@@ -16,7 +16,7 @@ from presdep.config.records import ScoringRun
 from presdep.scoring import BUILTIN, Capabilities, registry, serves
 
 NAMES = ["identity", "transformers", "vllm", "hosted", "jina_listwise", "generative_listwise", "mxbai_rerank",
-         "cross_encoder", "reward_model", "pairrm"]
+         "cross_encoder", "reward_model", "pairrm", "pine", "isolated_slots"]
 
 
 def base_config(**variants) -> dict:
@@ -37,7 +37,7 @@ def test_the_registry_names_and_records():
         module, func = e.factory.split(":")
         assert callable(getattr(importlib.import_module(module), func)), name
     caps = {n: registry()[n].capabilities for n in NAMES}
-    assert [n for n in NAMES if caps[n].probabilities] == ["transformers", "vllm"]
+    assert [n for n in NAMES if caps[n].probabilities] == ["transformers", "vllm", "pine", "isolated_slots"]
     assert [n for n in NAMES if caps[n].adapter] == ["transformers", "vllm"]
     assert [n for n in NAMES if caps[n].order_invariant] == ["identity", "mxbai_rerank", "cross_encoder",
                                                             "reward_model", "pairrm"]
