@@ -30,6 +30,8 @@ include: "rules/position_profile.smk"
 include: "rules/stability.smk"
 include: "rules/decisions.smk"
 include: "rules/verdicts.smk"
+include: "rules/width.smk"
+include: "rules/pool.smk"
 include: "rules/named_run.smk"
 
 

@@ -126,12 +126,19 @@ def figure1_inputs(wildcards):
 FIGURE1 = _figure1_choice()
 
 
-def metrics_files(table=None):
-    """Every run's metrics files, or those of the variants reported in ``table`` (table1 | controls)."""
+# Eval datasets that are another dataset under other settings (alias_of: the width program's B = 1)
+# never enter Table 1 or the tables built on its rows.
+ALIAS_DATASETS = [d for d in EVAL_DATASETS if CFG.datasets[d].spec.get("alias_of")]
+
+
+def metrics_files(table=None, datasets=None):
+    """Every run's metrics files; with ``table`` (table1 | controls) those of the variants reported
+    there on the datasets Table 1 averages (no alias); ``datasets`` narrows them further."""
     # A run covers the eval datasets of its variant's tasks only (a task's student, its own task).
     return [f"{RESULTS}/metrics/{run}/{ds}.parquet" for run, (name, _) in RUNS.items() for ds in EVAL_DATASETS
             if CFG.datasets[ds].task in CFG.variants[name].tasks
-            and (table is None or CFG.variants[name].spec["table"] == table)]
+            and (table is None or (CFG.variants[name].spec["table"] == table and ds not in ALIAS_DATASETS))
+            and (datasets is None or ds in datasets)]
 
 
 # Rows of Table 1 and the tables built on them; opt-in control rows (`table: controls`) have their own.
@@ -176,6 +183,8 @@ def final_outputs():
         *([f"{RESULTS}/matched_retention.md"] if CFG.trained_variants else []),
         *([f"{RESULTS}/verdict_flip.md"] if VERDICT_DATASETS else []),
         *([f"{RESULTS}/controls.md"] if CONTROL_VARIANTS else []),
+        *([f"{RESULTS}/width.md"] if CFG.raw["width"]["pairs"] else []),
+        *([f"{RESULTS}/pool_perturbation.md"] if CFG.raw["pool_perturbation"]["datasets"] else []),
         *metrics_files(),
         f"{RESULTS}/position_profile.svg",
         *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),

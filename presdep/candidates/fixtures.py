@@ -178,7 +178,9 @@ def build_fixture(
     all_queries = cands["query_id"].unique().to_list()
     qlist = record.protocol.shuffle_queries
     listed = qlist.ids() if qlist is not None else ()
-    keep = query_subset(all_queries, ds_config.get("max_queries"), seed=seed, dataset=dataset, listed=listed)
+    # An alias (another dataset under other settings) evaluates exactly its dataset's sample.
+    keep = query_subset(all_queries, ds_config.get("max_queries"), seed=seed,
+                        dataset=ds_config.get("alias_of") or dataset, listed=listed)
     cands = cands.filter(pl.col("query_id").is_in(keep))
     subset = {"rule": QUERY_SUBSET_RULE, "seed": int(seed), "max_queries": ds_config.get("max_queries"),
               "queries": len(keep), "of": len(all_queries)}

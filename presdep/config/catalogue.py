@@ -125,6 +125,10 @@ def check_entry(entry: Mapping[str, Any], *, pool: bool) -> list[str]:
                                or labels.get("kind") != "hf_datasets"
                                or not {"id", "split", "revision", "format"} <= set(labels)):
         out.append("verdict_labels (reranking entries only) needs kind hf_datasets, id, split, revision and format")
+    k_input = entry.get("k_input")
+    if k_input is not None and (not isinstance(k_input, int) or k_input < 1
+                                or k_input > entry["first_stage"].get("k", k_input)):
+        out.append(f"k_input {k_input!r} must be a positive integer no deeper than first_stage.k")
     if pool and not {"n", "seed", "heldout"} <= set(entry.get("sampling") or {}):
         out.append("a training pool needs sampling: {n, seed, heldout}")
     return out + check_sizes(entry["sizes"], pool=pool)
@@ -357,6 +361,8 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
         if pool:
             expanded["role"] = "train" if split == "train" else "heldout"
         expanded.update(_query_lists(entry, catalogue.get("query_lists") or {}))
+        if entry.get("k_input"):  # fetched deeper than the pool (the pool perturbation's replacement)
+            expanded["k_input"] = entry["k_input"]
         if entry.get("verdict_labels"):  # a config's own verdict_labels (a local copy) replaces these
             expanded["verdict_labels"] = {"path": verdict_labels_outputs(cid)["labels"],
                                           "format": entry["verdict_labels"]["format"]}

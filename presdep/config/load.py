@@ -12,8 +12,10 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
+from presdep.config.aliases import expand_aliases
 from presdep.config.catalogue import expand_catalogue
 from presdep.config.paths import check_path_kinds
+from presdep.config.programs import pool_problems, verdict_reader_problems, width_problems
 from presdep.config.records import WorkflowConfig
 from presdep.config.run_names import run_name_problem
 from presdep.config.schema_enums import SCHEMA_PATH
@@ -217,29 +219,11 @@ def _check_references(config: Mapping[str, Any]) -> None:
     if qa and reader.get("model") is None:
         problems.append(f"reader.model: QA datasets {qa} need a frozen reader (a key of models)")
     problems.extend(verdict_reader_problems(config["verdict_reader"], reader, datasets, models))
+    problems.extend(width_problems(config["width"], datasets))
+    labels = {v.get("label", name) for name, v in config["variants"].items()}
+    problems.extend(pool_problems(config["pool_perturbation"], datasets, labels))
     if problems:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
-
-
-def verdict_reader_problems(verdict: Mapping[str, Any], reader: Mapping[str, Any], specs: Mapping[str, Any],
-                            models: Mapping[str, Any]) -> list[str]:
-    """The verdict reader's datasets must be reranking eval sets with labels, and it needs a model."""
-    out = []
-    for name in verdict["datasets"]:
-        spec = specs.get(name)
-        if spec is None:
-            out.append(f"verdict_reader.datasets: {name!r} is not a dataset of this config ({sorted(specs)})")
-        elif spec["task"] != "rerank" or spec["role"] != "eval":
-            out.append(f"verdict_reader.datasets: {name!r} is a {spec['role']} {spec['task']} dataset; "
-                       "the verdict reader reads reranking eval datasets")
-        elif "verdict_labels" not in spec:
-            out.append(f"verdict_reader.datasets: {name!r} has no verdict_labels (each claim's gold verdict)")
-    model = verdict.get("model", reader.get("model"))
-    if verdict["datasets"] and model is None:
-        out.append("verdict_reader.model: give a key of models (or set reader.model)")
-    elif model is not None and model not in models:
-        out.append(f"verdict_reader.model: {model!r} is not a key of models ({sorted(models)})")
-    return out
 
 
 FIRST_STAGE_VARIANT = "first_stage"
@@ -259,7 +243,7 @@ def with_first_stage_row(config: Mapping[str, Any]) -> dict:
 
 def load_workflow_config(config: Mapping[str, Any], schema_path: str | Path) -> tuple[dict, WorkflowConfig]:
     """Expand catalogue datasets, validate (filling defaults) and build the records: (filled plain dict, records)."""
-    expanded = expand_catalogue(config)
+    expanded = expand_aliases(expand_catalogue(config))
     filled = validate_config(expanded, schema_path)
     if filled["first_stage_row"] and not any(v.get("scorer") == "identity" for v in filled["variants"].values()):
         filled = validate_config(with_first_stage_row(expanded), schema_path)

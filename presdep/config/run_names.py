@@ -17,7 +17,8 @@ RESERVED_RUN_NAMES = frozenset({
     "thresholds", "bsc_curve.csv", "contrasts.csv", "contrasts.md", "discordance.csv", "discordance.md",
     "matched", "matched_retention.csv", "matched_retention.md", "verdicts", "verdict_metrics",
     "verdict_flip.csv", "verdict_flip.md",
-    "controls.csv", "controls.md", "controls_counts.csv",
+    "controls.csv", "controls.md", "controls_counts.csv", "width.csv", "width.md",
+    "pool", "pool_metrics", "pool_perturbation.csv", "pool_perturbation.md", "pool_contrasts.csv",
     "figure1.png", "figure1.svg", "position_profile.png",
     "position_profile.svg", "README.md", "report.html", "table1.csv", "table1.md", "table1_counts.csv",
 })

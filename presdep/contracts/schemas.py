@@ -123,6 +123,17 @@ SCHEMAS: dict[str, pa.Schema] = {
             _field("raw_answer", _STR),  # the generated text before clean_answer
         ]
     ),
+    # The pool perturbation's reads (presdep.scoring.pool_run): one row per document per pool list.
+    "pool_scores": pa.schema(
+        [
+            _field("query_id", _STR),
+            _field("doc_id", _STR),
+            _field("pool", _STR),  # canonical | replace | drop
+            _field("position", _I32),  # 0-based in that list (first-stage order, never shuffled)
+            _field("score", _F64),
+            _field("drop_rank", _I32),
+        ]
+    ),
     # The verdict reader's judgements (presdep.scoring.verdict_reader): one row per claim x presentation.
     "verdicts": pa.schema(
         [
@@ -181,6 +192,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "silver": ("query_id", "doc_id", "teacher", "presentation"),
     "answers": ("query_id", "perturbation", "presentation"),
     "verdicts": ("query_id", "perturbation", "presentation"),
+    "pool_scores": ("query_id", "doc_id", "pool"),
     "metrics": ("dataset", "variant", "seed", "perturbation", "query_id", "metric"),
     "flip_ledger": ("decision", "query_id", "doc_id", "presentation_a", "presentation_b"),
 }

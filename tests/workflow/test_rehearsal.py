@@ -41,7 +41,7 @@ SLICE_VARIANTS = ("off_the_shelf", "jina_reranker_v3", "rank_zephyr", "mxbai_rer
 PROFILE = ("--profile", "profiles/slurm", "--profile", "profiles/slurm-rehearsal")
 # The paper's decision programs beside Table 1 (the verdict reader on Climate-FEVER's claims).
 DECISIONS = ("results/discordance.md", "results/contrasts.md", "results/matched_retention.md",
-             "results/verdict_flip.md")
+             "results/verdict_flip.md", "results/width.md")
 RUN_TIMEOUT = 1500
 
 
@@ -55,6 +55,9 @@ def _slice_config(work: Path) -> Path:
     """configs/paper.yaml + configs/rehearsal.yaml, cut to the slice (one seed)."""
     config = _merged(load_yaml(REPO / "configs" / "paper.yaml"), load_yaml(REPO / "configs" / "rehearsal.yaml"))
     config["datasets"] = {k: config["datasets"][k] for k in SLICE_DATASETS}
+    # The width program on the slice's response collection: its B = 1 alias, as the paper's pairs.
+    config["datasets"]["rewardbench2-b1"] = {"alias_of": "rewardbench2", "B": 1, "M": 1}
+    config["width"]["pairs"] = {"rewardbench2": "rewardbench2-b1"}
     config["variants"] = {k: config["variants"][k] for k in SLICE_VARIANTS}
     for variant in config["variants"].values():
         if "student" in variant:

@@ -1,7 +1,10 @@
-"""The verdict reader and the opt-in control rows through the workflow on real DL19 rankings:
+"""The appendix programs through the workflow on real DL19 rankings, in one run: the verdict reader,
+the opt-in control rows, the width program and the pool perturbation:
 claims labels from a file, reranking rows scored over shuffles, the frozen reader on each
 shuffle's top 5 and its table; PINE and the isolated-slots control in results/controls.csv, never
-in Table 1 or the verdict table."""
+in Table 1 or the verdict table; a B = 1 alias of DL19 and the rows' C_obs and V_B; the pool
+perturbation at DL19's depth of 100 (a pool of 99 and its replacement), 0 by construction for the
+first-stage row and for the B = 1 read."""
 
 from __future__ import annotations
 
@@ -27,18 +30,22 @@ datasets:
     candidates: {format: rank_llm_json, path: ../shared/data/trec-dl19/bm25_retrieve_results_dl19_top100.json}
     qrels: {format: trec, path: ../shared/data/trec-dl19/qrels.dl19-passage.txt}
     verdict_labels: {path: labels.jsonl, format: verdicts_jsonl}
+  dl19_b1: {alias_of: dl19, B: 1, M: 1}
+width: {pairs: {dl19: dl19_b1}, resamples: 200}
+pool_perturbation: {datasets: [dl19, dl19_b1], pool: 99, queries: 3, contrasts: [[Tiny LM, BM25 (identity)]], resamples: 200}
 variants:
   bm25: {label: BM25 (identity), scorer: identity}
   tiny_lm: {label: Tiny LM, scorer: transformers, model: tiny}
   pine: {label: PINE, scorer: pine, model: tiny, table: controls}
   isolated: {label: Isolated slots, scorer: isolated_slots, model: tiny, table: controls}
 """
-TARGETS = ("results/verdict_flip.md", "results/controls.md", "results/table1.csv")
+TARGETS = ("results/verdict_flip.md", "results/controls.md", "results/table1.csv", "results/width.md",
+           "results/pool_perturbation.md")
 LABELS = ("SUPPORTED", "REFUTED", "NOT ENOUGH INFO", "DISPUTED")
 
 
 @pytest.mark.slow
-def test_verdict_reader_on_dl19(tmp_path, shared_data):
+def test_appendix_programs_on_dl19(tmp_path, shared_data):
     work = scratch_workflow(tmp_path, shared_data)
     tiny_causal_lm(work / "tiny")
     qids = sorted({line.split()[0] for line in (shared_data / "trec-dl19/qrels.dl19-passage.txt").read_text().splitlines()})
@@ -50,7 +57,10 @@ def test_verdict_reader_on_dl19(tmp_path, shared_data):
     jobs = planned_jobs(dry.stdout + dry.stderr)
     # The verdict reader reads the Table 1 rows only; the controls are scored and measured.
     assert jobs["read_verdicts"] == 2 and jobs["verdict_metrics"] == 2 and jobs["verdict_table"] == 1
-    assert jobs["score"] == 4 and jobs["metrics"] == 4 and jobs["controls_table"] == 1
+    # Four rows on dl19 and on its B = 1 alias (the width program), which shares dl19's files.
+    assert jobs["score"] == 8 and jobs["metrics"] == 8 and jobs["controls_table"] == 1 and jobs["width"] == 1
+    # The pool perturbation: the two Table 1 rows (single-pass, untrained) on dl19 and its alias.
+    assert jobs["score_pool"] == 4 and jobs["pool_metrics"] == 4 and jobs["pool_table"] == 1
     snakemake(work, *TARGETS, "--cores", "2", "--configfile", "verdicts.yaml")
 
     sampled = read_table(work / "results/dl19/candidates.parquet", "candidates")["query_id"].unique().to_list()
@@ -83,3 +93,46 @@ def test_verdict_reader_on_dl19(tmp_path, shared_data):
     scores = read_table(work / "results/scores/isolated/dl19.parquet", "scores")
     assert read_metadata(work / "results/scores/isolated/dl19.parquet")["scorer"]["mode"] == "isolated"
     assert scores["score"].is_finite().all()
+
+    # The alias is scored (one pass at B = 1) but never averaged into Table 1.
+    assert read_metadata(work / "results/scores/tiny_lm/dl19_b1.parquet")["params"]["protocol"]["B"] == 1
+    footnote = (work / "results/table1.md").read_text(encoding="utf-8")
+    assert "dl19_b1" not in footnote
+    width = pl.read_csv(work / "results/width.csv")
+    bm25_w = width.filter(pl.col("label") == "BM25 (identity)").row(0, named=True)
+    assert bm25_w["c_obs"] == 0.0 and bm25_w["v_b"] == 0.0  # the first-stage order at any width
+    tiny_w = width.filter(pl.col("label") == "Tiny LM").row(0, named=True)
+    m_native = read_table(work / "results/metrics/tiny_lm/dl19.parquet", "metrics")
+    m_b1 = read_table(work / "results/metrics/tiny_lm/dl19_b1.parquet", "metrics")
+
+    def agg(m, metric, pert):
+        return m.filter(pl.col("query_id").is_null() & (pl.col("metric") == metric)
+                        & (pl.col("perturbation") == pert))["value"][0]
+
+    b1 = agg(m_b1, "ndcg@10", "first_stage")
+    assert tiny_w["c_obs"] == pytest.approx(agg(m_native, "ndcg@10", "first_stage") - b1, abs=1e-6)  # CSV: 6 digits
+    assert tiny_w["v_b"] == pytest.approx(agg(m_native, "ndcg10_order_averaged", "random_shuffle") - b1, abs=1e-6)
+
+    # The pool perturbation: 3 sampled queries, canonical 99 / replace 99 / drop 98 documents.
+    pools = read_table(work / "results/pool/tiny_lm/dl19.parquet", "pool_scores")
+    sizes = pools.group_by("query_id", "pool").len()
+    assert pools["query_id"].n_unique() == 3
+    assert {p: set(sizes.filter(pl.col("pool") == p)["len"]) for p in ("canonical", "replace", "drop")} == {
+        "canonical": {99}, "replace": {99}, "drop": {98}}
+    means = pl.read_csv(work / "results/pool_perturbation.csv")
+
+    def pool_value(label, dataset, pert, metric):
+        row = means.filter((pl.col("label") == label) & (pl.col("dataset") == dataset)
+                           & (pl.col("perturbation") == pert) & (pl.col("metric") == metric))
+        return row["value"][0]
+
+    # 0 by construction: the first-stage order (scores are ranks), and one document per forward.
+    for label, dataset in (("BM25 (identity)", "dl19"), ("Tiny LM", "dl19_b1")):
+        for pert in ("pool_replace", "pool_drop"):
+            assert pool_value(label, dataset, pert, "pool_psi") == 0.0, (label, dataset, pert)
+            assert pool_value(label, dataset, pert, "top10_changed") == 0.0
+            assert pool_value(label, dataset, pert, "ndcg10_abs_change") == 0.0
+    # At B = 20 the tiny model's scores follow the other documents of its prompt.
+    assert pool_value("Tiny LM", "dl19", "pool_replace", "pool_psi") > 0.0
+    contrasts = pl.read_csv(work / "results/pool_contrasts.csv")
+    assert contrasts.filter((pl.col("a") == "Tiny LM") & (pl.col("b") == "BM25 (identity)")).height >= 1

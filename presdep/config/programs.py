@@ -1,0 +1,63 @@
+"""Checks of the appendix programs' config blocks against the datasets and rows they name (the
+schema checks each block's shape; these check what it refers to)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def width_problems(width: Mapping[str, Any], specs: Mapping[str, Any]) -> list[str]:
+    """Each width pair is a dataset and its alias with B = 1."""
+    out = []
+    for native, alias in width["pairs"].items():
+        spec = specs.get(alias)
+        if native not in specs:
+            out.append(f"width.pairs: {native!r} is not a dataset of this config")
+        elif spec is None or spec.get("alias_of") != native:
+            out.append(f"width.pairs.{native}: {alias!r} must be a dataset with alias_of: {native}")
+        elif spec.get("B") != 1:
+            out.append(f"width.pairs.{native}: the alias {alias!r} must set B: 1 (it has {spec.get('B')!r})")
+    return out
+
+
+def _reranking_problems(block: str, names: Sequence[str], specs: Mapping[str, Any], what: str,
+                        need: tuple[str, str] | None = None) -> list[str]:
+    """Each named dataset exists and is a reranking eval dataset (with the key ``need`` names, if any)."""
+    out = []
+    for name in names:
+        spec = specs.get(name)
+        if spec is None:
+            out.append(f"{block}.datasets: {name!r} is not a dataset of this config ({sorted(specs)})")
+        elif spec["task"] != "rerank" or spec["role"] != "eval":
+            out.append(f"{block}.datasets: {name!r} is a {spec['role']} {spec['task']} dataset; "
+                       f"{what} reads reranking eval datasets")
+        elif need is not None and need[0] not in spec:
+            out.append(f"{block}.datasets: {name!r} has no {need[0]} ({need[1]})")
+    return out
+
+
+def verdict_reader_problems(verdict: Mapping[str, Any], reader: Mapping[str, Any], specs: Mapping[str, Any],
+                            models: Mapping[str, Any]) -> list[str]:
+    """The verdict reader's datasets must be reranking eval sets with labels, and it needs a model."""
+    out = _reranking_problems("verdict_reader", verdict["datasets"], specs, "the verdict reader",
+                              need=("verdict_labels", "each claim's gold verdict"))
+    model = verdict.get("model", reader.get("model"))
+    if verdict["datasets"] and model is None:
+        out.append("verdict_reader.model: give a key of models (or set reader.model)")
+    elif model is not None and model not in models:
+        out.append(f"verdict_reader.model: {model!r} is not a key of models ({sorted(models)})")
+    return out
+
+
+def pool_problems(pool: Mapping[str, Any], specs: Mapping[str, Any], labels: set[str]) -> list[str]:
+    """The pool perturbation reads reranking eval datasets; its contrasts name Table 1 labels."""
+    out = _reranking_problems("pool_perturbation", pool["datasets"], specs, "the pool perturbation")
+    for a, b in pool["contrasts"]:
+        unknown = sorted({a, b} - labels)
+        if unknown:
+            out.append(f"pool_perturbation.contrasts: {unknown} are not row labels of this config ({sorted(labels)})")
+    return out
+
+
+__all__ = ["pool_problems", "verdict_reader_problems", "width_problems"]
