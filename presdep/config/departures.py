@@ -13,7 +13,7 @@ from presdep.config.records import WorkflowConfig
 def departures(cfg: WorkflowConfig) -> list[str]:
     """Sentences naming each non-paper rule the evaluation datasets Table 1 averages use ([] = none;
     an alias, another dataset under other settings, is not among them)."""
-    evals = {n: d for n, d in cfg.datasets.items() if d.role == "eval" and not d.spec.get("alias_of")}
+    evals = {n: cfg.datasets[n] for n in cfg.table1_datasets}
     out = []
     per_query = sorted(n for n, d in evals.items() if d.protocol.shuffle_rule == "per_query")
     if per_query:

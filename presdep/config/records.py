@@ -120,6 +120,12 @@ class WorkflowConfig:
     def eval_datasets(self) -> list[str]:
         return [n for n, d in self.datasets.items() if d.role == "eval"]
 
+    @property
+    def table1_datasets(self) -> list[str]:
+        """The eval datasets Table 1 averages: all but aliases (``alias_of``: another dataset under
+        other settings, read by the appendix programs only)."""
+        return [n for n in self.eval_datasets if not self.datasets[n].spec.get("alias_of")]
+
     def datasets_of_task(self, task: str) -> list[str]:
         return [n for n, d in self.datasets.items() if d.task == task]
 

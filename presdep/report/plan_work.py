@@ -98,8 +98,9 @@ def plan_jobs(cfg: WorkflowConfig, size_of: Sizes) -> list[Job]:
 
 
 def _runs_of(cfg: WorkflowConfig, task: str | None = None) -> list[tuple[str, str]]:
-    """(scoring run, eval dataset) pairs: each run on the eval datasets of its variant's tasks."""
-    return [(run, ds) for run, (name, _) in cfg.runs.items() for ds in cfg.eval_datasets
+    """(scoring run, eval dataset) pairs of Table 1's plan: each run on the datasets Table 1 averages of
+    its variant's tasks (an alias is the appendix programs', not Table 1's)."""
+    return [(run, ds) for run, (name, _) in cfg.runs.items() for ds in cfg.table1_datasets
             if cfg.datasets[ds].task in cfg.variants[name].tasks and task in (None, cfg.datasets[ds].task)]
 
 
