@@ -154,6 +154,19 @@ def verdict_metrics_files():
             for ds in VERDICT_DATASETS if "rerank" in CFG.variants[name].tasks and name in TABLE1_VARIANTS]
 
 
+# The pool perturbation (rules/pool.smk): its datasets, and a fixed scorer's single pass: trained rows
+# (one run per seed), calibrated and BSC rows have none.
+POOL = thaw(CFG.raw["pool_perturbation"])
+POOL_DATASETS = [d for d in POOL["datasets"] if d in EVAL_DATASETS]
+POOL_RUNS = [run for run, (name, seed) in RUNS.items() if name in TABLE1_VARIANTS and seed is None
+             and "rerank" in CFG.variants[name].tasks and CFG.variants[name].calibration == "none"
+             and CFG.variants[name].bsc_k == 1]
+
+
+def pool_metrics_files():
+    return [f"{RESULTS}/pool_metrics/{run}/{ds}.parquet" for run in POOL_RUNS for ds in POOL_DATASETS]
+
+
 def matched_reference_files():
     """One file per trained run and reranking eval dataset whose seed has a single-order run."""
     return [f"{RESULTS}/matched/{run}/{ds}.parquet" for run, (name, seed) in RUNS.items() if seed is not None

@@ -3,18 +3,6 @@
 # canonical pool, the pool with one member replaced by the next candidate and the pool without it,
 # in first-stage order; metrics on the shared documents, then the table and the contrasts.
 
-POOL = thaw(CFG.raw["pool_perturbation"])
-POOL_DATASETS = [d for d in POOL["datasets"] if d in EVAL_DATASETS]
-# A fixed scorer's single pass: trained rows (one run per seed), calibrated and BSC rows have none.
-POOL_RUNS = [run for run, (name, seed) in RUNS.items() if name in TABLE1_VARIANTS and seed is None
-             and "rerank" in CFG.variants[name].tasks and CFG.variants[name].calibration == "none"
-             and CFG.variants[name].bsc_k == 1]
-
-
-def pool_metrics_files():
-    return [f"{RESULTS}/pool_metrics/{run}/{ds}.parquet" for run in POOL_RUNS for ds in POOL_DATASETS]
-
-
 localrules:
     pool_metrics,
     pool_table,

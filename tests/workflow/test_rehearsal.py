@@ -58,6 +58,8 @@ def _slice_config(work: Path) -> Path:
     # The width program on the slice's response collection: its B = 1 alias, as the paper's pairs.
     config["datasets"]["rewardbench2-b1"] = {"alias_of": "rewardbench2", "B": 1, "M": 1}
     config["width"]["pairs"] = {"rewardbench2": "rewardbench2-b1"}
+    # The pool perturbation reads ArguAna's alias, which the slice leaves out (the whole rehearsal runs it).
+    config["pool_perturbation"]["datasets"] = []
     config["variants"] = {k: config["variants"][k] for k in SLICE_VARIANTS}
     for variant in config["variants"].values():
         if "student" in variant:
