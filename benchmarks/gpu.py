@@ -51,6 +51,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,14 @@ def summary(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _write_json(path: Path, result: dict) -> None:
+    """Atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -381,9 +390,18 @@ def main(argv: list[str] | None = None) -> dict:
             result["skipped"][name] = why
             continue
         t0 = time.perf_counter()
-        result["parts"][name] = fn()
+        try:
+            result["parts"][name] = fn()
+        except Exception as exc:  # noqa: BLE001 - one failing part must not lose the others' figures
+            traceback.print_exc()
+            why = f"failed: {type(exc).__name__}: {exc}"[:500]
+            result["parts"][name] = {"skipped": why}
+            result["skipped"][name] = why
+            _write_json(args.out, result)
+            continue
         result["elapsed_s_per_part"][name] = time.perf_counter() - t0
         print(f"[gpu benchmark] {name}: {result['elapsed_s_per_part'][name]:.1f} s", file=sys.stderr, flush=True)
+        _write_json(args.out, result)  # each finished part is on disk, should a later one be killed
         if name == "readout" and result["parts"][name]["skipped_batch_sizes"]:
             result["skipped"]["readout batch sizes"] = (f"{result['parts'][name]['skipped_batch_sizes']}: "
                                                         "seconds budget spent")
@@ -391,9 +409,7 @@ def main(argv: list[str] | None = None) -> dict:
             result["skipped"]["lora rows"] = "seconds budget spent"
     result["elapsed_s"] = time.perf_counter() - t_start
     result["rates"], result["rates_from"] = rates(result)
-    text = json.dumps(result, indent=2, default=str)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    _write_json(args.out, result)
     print(summary(result))
     print(f"figures written to {args.out}")
     return result
