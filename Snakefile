@@ -32,6 +32,7 @@ include: "rules/decisions.smk"
 include: "rules/verdicts.smk"
 include: "rules/width.smk"
 include: "rules/pool.smk"
+include: "rules/context.smk"
 include: "rules/named_run.smk"
 
 

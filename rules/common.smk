@@ -167,6 +167,19 @@ def pool_metrics_files():
     return [f"{RESULTS}/pool_metrics/{run}/{ds}.parquet" for run in POOL_RUNS for ds in POOL_DATASETS]
 
 
+# The context decomposition (rules/context.smk): its datasets, and the same single-pass rows as the pool
+# perturbation whose scorer reads selected slots (or ranks: the identity row, every arm alike).
+CONTEXT = thaw(CFG.raw["context_decomposition"])
+CONTEXT_DATASETS = [d for d in CONTEXT["datasets"] if d in EVAL_DATASETS]
+CONTEXT_RUNS = [run for run in POOL_RUNS if (CFG.variants[RUNS[run][0]].capabilities.slot_reads
+                or CFG.variants[RUNS[run][0]].capabilities.reads == "ids")
+                and (not CONTEXT["variants"] or RUNS[run][0] in CONTEXT["variants"])]
+
+
+def context_metrics_files():
+    return [f"{RESULTS}/context_metrics/{run}/{ds}.parquet" for run in CONTEXT_RUNS for ds in CONTEXT_DATASETS]
+
+
 def matched_reference_files():
     """One file per trained run and reranking eval dataset whose seed has a single-order run."""
     return [f"{RESULTS}/matched/{run}/{ds}.parquet" for run, (name, seed) in RUNS.items() if seed is not None
@@ -198,6 +211,7 @@ def final_outputs():
         *([f"{RESULTS}/controls.md"] if CONTROL_VARIANTS else []),
         *([f"{RESULTS}/width.md"] if CFG.raw["width"]["pairs"] else []),
         *([f"{RESULTS}/pool_perturbation.md"] if CFG.raw["pool_perturbation"]["datasets"] else []),
+        *([f"{RESULTS}/context_decomposition.md"] if CONTEXT_DATASETS and CONTEXT_RUNS else []),
         *metrics_files(),
         f"{RESULTS}/position_profile.svg",
         *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),

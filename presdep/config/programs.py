@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from presdep.config.scorers import registry
+
 
 def width_problems(width: Mapping[str, Any], specs: Mapping[str, Any]) -> list[str]:
     """Each width pair is a dataset and its alias with B = 1."""
@@ -60,4 +62,29 @@ def pool_problems(pool: Mapping[str, Any], specs: Mapping[str, Any], labels: set
     return out
 
 
-__all__ = ["pool_problems", "verdict_reader_problems", "width_problems"]
+def context_ready(entry: Mapping[str, Any]) -> bool:
+    """A row the context decomposition can read: untrained, uncalibrated, one pass, a scorer that
+    reads selected slots (or first-stage ranks, where every arm is alike)."""
+    entry_of = registry().get(entry.get("scorer"))
+    if entry_of is None or entry.get("skip"):
+        return False
+    caps = entry_of.capabilities
+    # ``entry`` has passed the schema: calibration and bsc_k are filled.
+    return (not (entry.get("student") or entry.get("adapter")) and entry["calibration"] == "none"
+            and entry["bsc_k"] == 1 and (caps.slot_reads or caps.reads == "ids"))
+
+
+def context_problems(context: Mapping[str, Any], specs: Mapping[str, Any], entries: Mapping[str, Any]) -> list[str]:
+    """The context decomposition reads reranking eval datasets with rows :func:`context_ready` admits
+    (``entries``: the variants table as the schema filled it, before its records are built)."""
+    out = _reranking_problems("context_decomposition", context["datasets"], specs, "the context decomposition")
+    for name in context["variants"]:
+        if name not in entries:
+            out.append(f"context_decomposition.variants: {name!r} is not a variant of this config ({sorted(entries)})")
+        elif not context_ready(entries[name]):
+            out.append(f"context_decomposition.variants: {name!r} is not an untrained, uncalibrated, single-pass "
+                       "row whose scorer reads selected slots (capability slot_reads)")
+    return out
+
+
+__all__ = ["context_problems", "context_ready", "pool_problems", "verdict_reader_problems", "width_problems"]

@@ -39,6 +39,9 @@ class Capabilities:
     readout-specific rows only mean something for such a scorer).
     ``needs_gpu``: cannot run on CPU.  ``needs_model``: reads ``variant.model``.
     ``tasks``: the tasks whose rows it can serve.
+    ``slot_reads``: answers ``score_slots`` (a prompt laid out by a
+    :class:`~presdep.contracts.readouts.SlotRequest`, read at selected lines; the context
+    decomposition needs it).
     ``integer_grades``: returns whole grades that tie so often that a ranking's order is mostly
     tie-breaking; Table 1 does not report its tau-PSI (as in the paper's hosted row).
 
@@ -58,6 +61,7 @@ class Capabilities:
     needs_model: bool = True
     tasks: tuple[str, ...] = TASKS
     integer_grades: bool = False
+    slot_reads: bool = False
     env: str = "gpu"
     local_model: bool = True
     mem_mb: int = 8000
@@ -93,14 +97,14 @@ class ScorerEntry:
     source: str = "presdep"  # or the distribution that provided the entry point
 
 
-_READOUT = Capabilities(probabilities=True, adapter=True, batched_listwise=True)
+_READOUT = Capabilities(probabilities=True, adapter=True, batched_listwise=True, slot_reads=True)
 _BUILTIN = (
     ScorerEntry("identity", "presdep.scoring.backends:make_identity",
                 Capabilities(reads="ids", order_invariant=True, needs_model=False, env="cpu", local_model=False,
                              mem_mb=1000, runtime=10)),
     ScorerEntry("transformers", "presdep.scoring.backends:make_transformers", _READOUT),
     ScorerEntry("vllm", "presdep.scoring.vllm_backend:make_vllm",
-                Capabilities(probabilities=True, adapter=True, batched_listwise=True, needs_gpu=True)),
+                Capabilities(probabilities=True, adapter=True, batched_listwise=True, needs_gpu=True, slot_reads=True)),
     # Integer grades for a whole prompt: batched, but no probabilities and no model of ours.
     ScorerEntry("hosted", "presdep.training.hosted:make_hosted",
                 Capabilities(batched_listwise=True, needs_model=False, integer_grades=True, env="hosted",

@@ -2,7 +2,10 @@
 
 A scorer is any object with a ``name`` and ``score(query, docs) -> list[GradeReadout]``
 (one readout per document, in input order) plus a batched
-``score_prompts([(query, docs), ...])``.
+``score_prompts([(query, docs), ...])``. A scorer whose capabilities say ``slot_reads`` also
+answers ``score_slots([SlotRequest, ...])``: a prompt laid out as the request says (which
+labels the shown documents carry, how many skeleton lines follow) and read at selected lines
+only, one readout per line read (the context decomposition's arms need it).
 """
 
 from __future__ import annotations
@@ -17,6 +20,37 @@ class GradeReadout:
 
     score: float
     probs: tuple[float, float, float, float] | None = None
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """One prompt read at selected skeleton lines.
+
+    ``docs`` are shown in order under the labels ``labels`` (1-based, ``[label] text``),
+    the answer skeleton has ``lines`` lines ``[1] .. [lines]``, and ``read`` names the
+    lines (1-based) whose grade is read, in the order their readouts come back. An
+    ordinary prompt of n documents is labels 1..n, n lines, every line read.
+    """
+
+    query: str
+    docs: tuple[str, ...]
+    labels: tuple[int, ...]
+    lines: int
+    read: tuple[int, ...]
+
+    def __post_init__(self):
+        if not self.docs or len(self.labels) != len(self.docs):
+            raise ValueError(f"a slot request shows at least one document, each under one label; got "
+                             f"{len(self.docs)} documents and labels {self.labels}")
+        if len(set(self.labels)) != len(self.labels) or not all(1 <= x <= self.lines for x in self.labels):
+            raise ValueError(f"labels must be distinct lines of the {self.lines}-line skeleton; got {self.labels}")
+        if not self.read or not all(1 <= x <= self.lines for x in self.read):
+            raise ValueError(f"read must name lines of the {self.lines}-line skeleton; got {self.read}")
+
+    @classmethod
+    def ordinary(cls, query: str, docs: Sequence[str]) -> "SlotRequest":
+        n = len(docs)
+        return cls(query, tuple(docs), tuple(range(1, n + 1)), n, tuple(range(1, n + 1)))
 
 
 @runtime_checkable

@@ -134,6 +134,21 @@ SCHEMAS: dict[str, pa.Schema] = {
             _field("drop_rank", _I32),
         ]
     ),
+    # The context decomposition's reads (presdep.scoring.context_run): one row per pool document x arm x
+    # presentation (A1 once, presentation -1).
+    "context_scores": pa.schema(
+        [
+            _field("query_id", _STR),
+            _field("doc_id", _STR),
+            _field("arm", _STR),  # A1 | A2 | A3 | A4
+            _field("presentation", _I32),  # -1 canonical, s >= 0 Random(s).shuffle
+            _field("position", _I32),  # 0-based in the presented list (A1: in the pool)
+            _field("slot", _I32),  # 0-based in its chunk
+            _field("width", _I32),  # its chunk's size (A1: 1)
+            _field("first_stage_rank", _I32),
+            _field("score", _F64),
+        ]
+    ),
     # The verdict reader's judgements (presdep.scoring.verdict_reader): one row per claim x presentation.
     "verdicts": pa.schema(
         [
@@ -193,6 +208,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "answers": ("query_id", "perturbation", "presentation"),
     "verdicts": ("query_id", "perturbation", "presentation"),
     "pool_scores": ("query_id", "doc_id", "pool"),
+    "context_scores": ("query_id", "doc_id", "arm", "presentation"),
     "metrics": ("dataset", "variant", "seed", "perturbation", "query_id", "metric"),
     "flip_ledger": ("decision", "query_id", "doc_id", "presentation_a", "presentation_b"),
 }

@@ -138,13 +138,7 @@ def pool_metrics(pool_scores: pl.DataFrame, qrels: pl.DataFrame | Mapping[str, M
     both = [(r, d) for r, d in zip(psi["replace"], psi["drop"]) if not (math.isnan(r) or math.isnan(d))]
     rows.add(DIFFERENCE_PERTURBATION, None, POOL_PSI,
              float(np.mean([r for r, _ in both]) - np.mean([d for _, d in both])) if both else None)
-    n = len(rows.metric)
-    return pl.DataFrame({
-        "dataset": [dataset] * n, "task": [task] * n, "variant": [variant] * n,
-        "seed": pl.Series([seed] * n, dtype=pl.Int32), "perturbation": rows.pert,
-        "query_id": pl.Series(rows.qid, dtype=pl.String), "metric": rows.metric,
-        "value": pl.Series(rows.value, dtype=pl.Float64),
-    })
+    return rows.frame(dataset=dataset, variant=variant, seed=seed, task=task)
 
 
 __all__ = ["DIFFERENCE_PERTURBATION", "PERTURBATION", "POOL_PSI", "SharedPair", "metric_names", "pool_metrics",

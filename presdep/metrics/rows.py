@@ -6,6 +6,7 @@ import logging
 import math
 
 import numpy as np
+import polars as pl
 
 log = logging.getLogger(__name__)
 
@@ -37,3 +38,13 @@ class MetricRows:
                 pert, metric, len(vals) - len(finite), len(vals),
             )
         self.add(pert, None, metric, float(np.mean(finite)) if finite else None)
+
+    def frame(self, *, dataset: str, variant: str, seed: int | None = None, task: str = "rerank") -> pl.DataFrame:
+        """The rows as the ``metrics`` contract's long table of one (dataset, run)."""
+        n = len(self.metric)
+        return pl.DataFrame({
+            "dataset": [dataset] * n, "task": [task] * n, "variant": [variant] * n,
+            "seed": pl.Series([seed] * n, dtype=pl.Int32), "perturbation": self.pert,
+            "query_id": pl.Series(self.qid, dtype=pl.String), "metric": self.metric,
+            "value": pl.Series(self.value, dtype=pl.Float64),
+        })

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from presdep.config.records import PromptSettings, ScoringRun, thaw
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.contracts.readouts import GradeReadout, PromptScorer, SlotRequest
 from presdep.runtime.hashing import weights_sha256
 from presdep.runtime.models import (
     describe_model,
@@ -195,9 +195,10 @@ class TransformersScorer(LazyModel, PromptScorer):
             self._progress(len(idx), tokens)
         return out
 
-    def prepare(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[Prepared]:
-        """Each prompt built (token ids, read positions) with its read-cache key and length."""
-        built = [self.build(q, d) for q, d in prompts]
+    def prepare(self, prompts: Sequence[tuple[str, Sequence[str]] | SlotRequest]) -> list[Prepared]:
+        """Each prompt (or :class:`SlotRequest`) built (token ids, read positions) with its
+        read-cache key and length."""
+        built = [self.builder.build_request(p) for p in prompts]
         out = [Prepared(entry_key(b.ids, b.read_positions), len(b.ids), b) for b in built]
         self.prompts_asked += len(out)
         self._distinct.update(p.key for p in out)
@@ -218,6 +219,10 @@ class TransformersScorer(LazyModel, PromptScorer):
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         return [readouts_of(p) for p in self.slot_probs(prompts)]
+
+    def score_slots(self, requests: Sequence[SlotRequest]) -> list[list[GradeReadout]]:
+        """One readout per line each request reads (capability ``slot_reads``)."""
+        return [readouts_of(p) for p in self.slot_probs(requests)]
 
     def reread_in_batches(self, targets: Sequence[tuple[str, Sequence[str]]],
                           companions: Sequence[tuple[str, Sequence[str]]], rereads: int,

@@ -20,6 +20,23 @@ from presdep.scoring.read_through import ReadThrough, with_read_cache
 from presdep.scoring.run import score_dataset
 
 
+def single_pass_scorer(run: ScoringRun, protocol: Protocol, program: str, *, threads: int | None = None,
+                       read_cache: str | os.PathLike | None = None) -> Any:
+    """The run's own scorer for an appendix program that reads one fixed scorer's single pass (the
+    pool perturbation, the context decomposition), read through the run's read cache."""
+    if run.variant.calibration != "none" or run.variant.bsc_k != 1:
+        raise InvalidInput(f"variant {run.name!r}: {program} reads one fixed scorer's single pass; a calibrated "
+                           "or BSC row has none of its own")
+    if threads and run.variant.capabilities.local_model:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    scorer = make_scorer(run, protocol.prompt)
+    if read_cache is not None:
+        scorer = with_read_cache(scorer, read_cache, declared=run.variant.capabilities.probabilities)
+    return scorer
+
+
 def scoring_run(
     name: str,
     variant_spec: Mapping[str, Any],

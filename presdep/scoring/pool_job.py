@@ -14,9 +14,9 @@ from typing import Any
 from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_table
-from presdep.scoring.factory import make_scorer
+from presdep.scoring.job import single_pass_scorer
 from presdep.scoring.pool_run import score_pools
-from presdep.scoring.read_through import ReadThrough, with_read_cache
+from presdep.scoring.read_through import ReadThrough
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +30,7 @@ def score_pools_file(*, candidates_path: str | os.PathLike, out_path: str | os.P
     missing = [k for k in SETTINGS if k not in settings]
     if missing:
         raise InvalidInput(f"pool_perturbation settings lack {missing}; got {sorted(settings)}")
-    if run.variant.calibration != "none" or run.variant.bsc_k != 1:
-        raise InvalidInput(f"variant {run.name!r}: the pool perturbation reads one pass per pool; a calibrated or "
-                           "BSC row has no single pass of its own")
-    if threads and run.variant.capabilities.local_model:
-        import torch
-
-        torch.set_num_threads(int(threads))
-    scorer = make_scorer(run, protocol.prompt)
-    if read_cache is not None:
-        scorer = with_read_cache(scorer, read_cache, declared=run.variant.capabilities.probabilities)
+    scorer = single_pass_scorer(run, protocol, "the pool perturbation", threads=threads, read_cache=read_cache)
     result = score_pools(read_table(candidates_path, "candidates"), scorer, b=protocol.B,
                          chunking=run.variant.chunking, seed=int(settings["seed"]),
                          query_sample_seed=int(settings["query_sample_seed"]), queries=int(settings["queries"]),

@@ -26,7 +26,7 @@ from presdep.contracts.pool_presentations import (
 )
 from presdep.contracts.presentations import chunk
 from presdep.scoring.run import CANDIDATE_COLUMNS
-from presdep.scoring.score_progress import Progress
+from presdep.scoring.score_progress import read_with_progress
 from presdep.scoring.template import prepare_doc
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class _Prompt:
     candidates: list[int]  # indices into the query's first-stage order
 
 
-def _check(candidates: pl.DataFrame) -> None:
+def check_candidates(candidates: pl.DataFrame) -> None:
     missing = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing:
         raise InvalidInput(f"candidates lack column(s) {missing}; have {candidates.columns}")
@@ -102,7 +102,7 @@ def score_pools(candidates: pl.DataFrame, scorer: Any, *, b: int, chunking: str,
     (canonical | replace | drop), position (0-based in that list), score, drop_rank.
     ``max_doc_chars`` cuts every document as the score job's protocol does (same prompts, same cache keys).
     """
-    _check(candidates)
+    check_candidates(candidates)
     depth = default_depth(pool) if depth is None else depth
     groups = {str(qid): g.sort("first_stage_rank")
               for (qid,), g in candidates.group_by("query_id", maintain_order=True)}
@@ -120,26 +120,9 @@ def score_pools(candidates: pl.DataFrame, scorer: Any, *, b: int, chunking: str,
     drops = {q: drop_rank(seed, q, pool) for q in sampled}
     prompts = [p for q in sampled for p in _layout(q, groups[q], drops[q], b, chunking, pool, depth)]
     texts = {q: [prepare_doc(t, max_doc_chars) for t in groups[q]["doc"].to_list()] for q in sampled}
-    scores = _read_with_progress(scorer, prompts, {q: groups[q] for q in sampled}, texts, progress)
+    scores = read_with_progress(scorer, len(prompts), "score pools",
+                                lambda: _read(scorer, prompts, {q: groups[q] for q in sampled}, texts), progress)
     return PoolScores(_rows(prompts, scores, groups, drops), skipped)
-
-
-def _read_with_progress(scorer: Any, prompts: list[_Prompt], groups: dict[str, pl.DataFrame],
-                        texts: dict[str, list[str]], progress: bool) -> list[list[float]]:
-    if not progress:
-        return _read(scorer, prompts, groups, texts)
-    hook = hasattr(scorer, "on_progress")
-    with Progress(len(prompts), 0, "score pools") as bar:
-        bar.start_query(len(prompts))
-        if hook:
-            scorer.on_progress = bar.add
-        try:
-            out = _read(scorer, prompts, groups, texts)
-        finally:
-            if hook:
-                scorer.on_progress = None
-        bar.end_query()
-    return out
 
 
 def _rows(prompts: list[_Prompt], scores: list[list[float]], groups: dict[str, pl.DataFrame],
@@ -161,4 +144,4 @@ def _rows(prompts: list[_Prompt], scores: list[list[float]], groups: dict[str, p
     return out.sort(query_order, pool_order, "position")
 
 
-__all__ = ["POOL_SCORE_SCHEMA", "PoolScores", "score_pools"]
+__all__ = ["POOL_SCORE_SCHEMA", "PoolScores", "check_candidates", "score_pools"]

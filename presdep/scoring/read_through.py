@@ -174,6 +174,14 @@ class ReadThrough:
     def score(self, query: str, docs: Sequence[str]) -> list[GradeReadout]:
         return self.score_prompts([(query, docs)])[0]
 
+    def score_slots(self, requests: Sequence[Any]) -> list[list[GradeReadout]]:
+        """Slot requests through the cache: only a scorer that builds them natively takes them (a
+        text-keyed plug-in would key a request by its documents alone)."""
+        if not hasattr(self.scorer, "score_slots") or not native_reads(self.scorer):
+            raise InvalidInput(f"scorer {getattr(self.scorer, 'name', '?')!r} cannot read selected slots "
+                               "(capability slot_reads)")
+        return [readouts_of(p) for p in self.slot_probs(requests)]
+
     def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[np.ndarray]:
         """P(grade) per slot for each prompt, float64 ``[slots, 4]``: stored reads, and the rest
         read once each (a repeated prompt too), claimed batch by batch across concurrent jobs

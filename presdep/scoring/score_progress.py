@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Self
+from typing import Any, Callable, Self, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -15,6 +15,7 @@ from presdep.runtime import logs
 # every presdep.runtime.logs.PROGRESS_EVERY_S seconds (ProgressStream keeps one draw per
 # interval), and a terminal sees the bar move in between.
 PROGRESS_DRAWS_PER_LINE = 10
+T = TypeVar("T")
 
 
 class Progress:
@@ -92,4 +93,23 @@ class Progress:
                 beat = now
 
 
-__all__ = ["PROGRESS_DRAWS_PER_LINE", "Progress"]
+def read_with_progress(scorer: Any, total: int, desc: str, read: Callable[[], T], progress: bool) -> T:
+    """``read()`` (every prompt of a program's job in one scorer call) under one bar of ``total``
+    prompts, fed by the scorer's ``on_progress`` hook where it has one."""
+    if not progress:
+        return read()
+    hook = hasattr(scorer, "on_progress")
+    with Progress(total, 0, desc) as bar:
+        bar.start_query(total)
+        if hook:
+            scorer.on_progress = bar.add
+        try:
+            out = read()
+        finally:
+            if hook:
+                scorer.on_progress = None
+        bar.end_query()
+    return out
+
+
+__all__ = ["PROGRESS_DRAWS_PER_LINE", "Progress", "read_with_progress"]

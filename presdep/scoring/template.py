@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from presdep.config.yaml_io import parse_yaml
 from presdep.contracts.errors import InvalidInput, PresdepError
+from presdep.contracts.readouts import SlotRequest
 from presdep.runtime.text_files import decode_utf8
 
 DEFAULT_TEMPLATE = "relevance_v2"
@@ -44,20 +45,26 @@ class PromptTemplate:
     default_instruction: str | None = None
 
     def render(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None,
-               instruction: str | None = None) -> str:
-        """The user message: instruction, query and the ``[i]``-tagged documents."""
+               instruction: str | None = None, labels: Sequence[int] | None = None, n: int | None = None) -> str:
+        """The user message: instruction, query and the ``[i]``-tagged documents.
+
+        ``labels`` (default 1..len(docs)) are the tags the documents show and ``n`` (default
+        len(docs)) the item count the rubric names: a slot request shows fewer documents than
+        its skeleton has lines.
+        """
         lines = []
-        for i, d in enumerate(docs, start=1):
+        for i, d in zip(labels or range(1, len(docs) + 1), docs, strict=True):
             body = prepare_doc(d, max_doc_chars)
             lines.append(f"[{i}] {body}" if body else f"[{i}]")
         instr = instruction if instruction is not None else self.default_instruction
-        return self.user.format(query=prepare_doc(query, None), documents="\n".join(lines), n=len(docs),
-                                instruction=prepare_doc(instr or "", None))
+        return self.user.format(query=prepare_doc(query, None), documents="\n".join(lines),
+                                n=len(docs) if n is None else n, instruction=prepare_doc(instr or "", None))
 
     def messages(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None,
-                 instruction: str | None = None) -> list[dict]:
+                 instruction: str | None = None, labels: Sequence[int] | None = None,
+                 n: int | None = None) -> list[dict]:
         """Chat messages: the system message (when the template has one), then the user message."""
-        user = {"role": "user", "content": self.render(query, docs, max_doc_chars, instruction)}
+        user = {"role": "user", "content": self.render(query, docs, max_doc_chars, instruction, labels, n)}
         return ([{"role": "system", "content": self.system}] if self.system else []) + [user]
 
 
@@ -191,9 +198,10 @@ class SkeletonBuilder:
             self._prefix_cache[i] = self._encode(f"[{i}] Grade: ")
         return self._prefix_cache[i]
 
-    def prompt_ids(self, query: str, docs: Sequence[str]) -> list[int]:
+    def prompt_ids(self, query: str, docs: Sequence[str], labels: Sequence[int] | None = None,
+                   n: int | None = None) -> list[int]:
         text = self.tokenizer.apply_chat_template(
-            self.template.messages(query, docs, self.max_doc_chars, self.instruction),
+            self.template.messages(query, docs, self.max_doc_chars, self.instruction, labels, n),
             tokenize=False,
             add_generation_prompt=True,
             **self.chat_template_kwargs,
@@ -220,3 +228,15 @@ class SkeletonBuilder:
         skel, reads = self.skeleton(len(docs))
         off = len(head)
         return PromptIds(ids=head + skel, read_positions=[off + r for r in reads], n_prompt_tokens=off)
+
+    def build_request(self, prompt: "SlotRequest | tuple[str, Sequence[str]]") -> PromptIds:
+        """An ordinary ``(query, docs)`` prompt, or a :class:`SlotRequest`: its documents under their
+        labels (the rubric's item count is the documents shown, as in an ordinary prompt), its
+        skeleton lines, read at the lines it names only."""
+        if not isinstance(prompt, SlotRequest):
+            return self.build(*prompt)
+        head = self.prompt_ids(prompt.query, prompt.docs, prompt.labels)
+        skel, reads = self.skeleton(prompt.lines)
+        off = len(head)
+        return PromptIds(ids=head + skel, read_positions=[off + reads[line - 1] for line in prompt.read],
+                         n_prompt_tokens=off)

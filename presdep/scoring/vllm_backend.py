@@ -206,10 +206,11 @@ class VLLMScorer(PromptScorer):
                 "readout": self.readout, "grade_token_ids": list(self.grade_ids), "vllm": self.vllm_version,
                 "torch": torch.__version__}
 
-    def prepare(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[Prepared]:
+    def prepare(self, prompts: Sequence[Any]) -> list[Prepared]:
+        """Ordinary ``(query, docs)`` prompts or slot requests (:class:`~presdep.contracts.readouts.SlotRequest`)."""
         out = []
-        for q, d in prompts:
-            b = self.builder.build(q, d)
+        for prompt in prompts:
+            b = self.builder.build_request(prompt)
             out.append(Prepared(entry_key(b.ids, b.read_positions), len(b.ids), b))
         self.prompts_asked += len(out)
         self._distinct.update(p.key for p in out)
@@ -269,6 +270,10 @@ class VLLMScorer(PromptScorer):
 
     def score_prompts(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[list[GradeReadout]]:
         return [readouts_of(p) for p in self.read_prepared(self.prepare(prompts))]
+
+    def score_slots(self, requests: Sequence[Any]) -> list[list[GradeReadout]]:
+        """One readout per line each slot request reads (capability ``slot_reads``)."""
+        return [readouts_of(p) for p in self.read_prepared(self.prepare(requests))]
 
 
 def make_vllm(run: ScoringRun, prompt: PromptSettings) -> VLLMScorer:

@@ -1,10 +1,11 @@
 """The appendix programs through the workflow on real DL19 rankings, in one run: the verdict reader,
-the opt-in control rows, the width program and the pool perturbation:
+the opt-in control rows, the width program, the pool perturbation and the context decomposition:
 claims labels from a file, reranking rows scored over shuffles, the frozen reader on each
 shuffle's top 5 and its table; PINE and the isolated-slots control in results/controls.csv, never
 in Table 1 or the verdict table; a B = 1 alias of DL19 and the rows' C_obs and V_B; the pool
 perturbation at DL19's depth of 100 (a pool of 99 and its replacement), 0 by construction for the
-first-stage row and for the B = 1 read."""
+first-stage row and for the B = 1 read; the context decomposition's arms on 2 queries, every term 0
+for the first-stage row and the terms closing for the tiny model."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ datasets:
   dl19_b1: {alias_of: dl19, B: 1, M: 1}
 width: {pairs: {dl19: dl19_b1}, resamples: 200}
 pool_perturbation: {datasets: [dl19, dl19_b1], pool: 99, queries: 3, contrasts: [[Tiny LM, BM25 (identity)]], resamples: 200}
+context_decomposition: {datasets: [dl19], pool: 10, shuffles: 1, queries: 2, resamples: 200}
 variants:
   bm25: {label: BM25 (identity), scorer: identity}
   tiny_lm: {label: Tiny LM, scorer: transformers, model: tiny}
@@ -40,7 +42,7 @@ variants:
   isolated: {label: Isolated slots, scorer: isolated_slots, model: tiny, table: controls}
 """
 TARGETS = ("results/verdict_flip.md", "results/controls.md", "results/table1.csv", "results/width.md",
-           "results/pool_perturbation.md")
+           "results/pool_perturbation.md", "results/context_decomposition.md")
 LABELS = ("SUPPORTED", "REFUTED", "NOT ENOUGH INFO", "DISPUTED")
 
 
@@ -61,6 +63,8 @@ def test_appendix_programs_on_dl19(tmp_path, shared_data):
     assert jobs["score"] == 8 and jobs["metrics"] == 8 and jobs["controls_table"] == 1 and jobs["width"] == 1
     # The pool perturbation: the two Table 1 rows (single-pass, untrained) on dl19 and its alias.
     assert jobs["score_pool"] == 4 and jobs["pool_metrics"] == 4 and jobs["pool_table"] == 1
+    # The context decomposition: both Table 1 rows (the identity row reads ranks, the tiny model slots).
+    assert jobs["score_context"] == 2 and jobs["context_metrics"] == 2 and jobs["context_table"] == 1
     snakemake(work, *TARGETS, "--cores", "2", "--configfile", "verdicts.yaml")
 
     sampled = read_table(work / "results/dl19/candidates.parquet", "candidates")["query_id"].unique().to_list()
@@ -136,3 +140,20 @@ def test_appendix_programs_on_dl19(tmp_path, shared_data):
     assert pool_value("Tiny LM", "dl19", "pool_replace", "pool_psi") > 0.0
     contrasts = pl.read_csv(work / "results/pool_contrasts.csv")
     assert contrasts.filter((pl.col("a") == "Tiny LM") & (pl.col("b") == "BM25 (identity)")).height >= 1
+
+    # The context decomposition: 2 queries x a pool of 10 in one chunk, A1 once and A2-A4 in 2 presentations.
+    reads = read_table(work / "results/context/tiny_lm/dl19.parquet", "context_scores")
+    assert reads["query_id"].n_unique() == 2 and reads.height == 2 * 10 * (1 + 2 * 3)
+    assert read_metadata(work / "results/context/tiny_lm/dl19.parquet")["donor_length_error"]["companions"] == 2 * 2 * 10 * 9
+    ctx = pl.read_csv(work / "results/context_decomposition.csv")
+
+    def ctx_value(label, pert, metric):
+        return ctx.filter((pl.col("label") == label) & (pl.col("perturbation") == pert)
+                          & (pl.col("metric") == metric))["value"][0]
+
+    for pert in ("context_canonical", "context_shuffled"):
+        for term in ("width", "companion_content", "companion_presence", "skeleton"):
+            assert ctx_value("BM25 (identity)", pert, term) == 0.0  # ranks: every arm alike
+        parts = sum(ctx_value("Tiny LM", pert, t) for t in ("companion_content", "companion_presence", "skeleton"))
+        assert parts == pytest.approx(ctx_value("Tiny LM", pert, "width"), abs=1e-5)  # CSV: 6 digits
+    assert ctx_value("Tiny LM", "context_canonical", "score_width_abs") > 0.0

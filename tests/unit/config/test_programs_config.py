@@ -56,6 +56,24 @@ def test_pool_perturbation_reads_reranking_datasets_and_row_labels(default_confi
                                             "queries": 100, "contrasts": [], "resamples": 20000, "bootstrap_seed": 0}
 
 
+def test_context_decomposition_reads_reranking_datasets(default_config):
+    with pytest.raises(ConfigError, match="context_decomposition.datasets: 'synthetic-qa' is a eval qa dataset"):
+        _load(_with(default_config, context_decomposition={"datasets": ["synthetic-qa"]}))
+    with pytest.raises(ConfigError, match="context_decomposition.mode"):
+        _load(_with(default_config, context_decomposition={"datasets": ["synthetic"], "mode": "half"}))
+    with pytest.raises(ConfigError, match="context_decomposition.variants: 'nobody' is not a variant"):
+        _load(_with(default_config, context_decomposition={"datasets": ["synthetic"], "variants": ["nobody"]}))
+    with pytest.raises(ConfigError, match="context_decomposition.variants: 'capcal' is not an untrained"):
+        _load(_with(default_config, context_decomposition={"datasets": ["synthetic"], "variants": ["capcal"]}))
+    cfg = _load(_with(default_config, context_decomposition={"datasets": ["synthetic"], "mode": "screen"}))
+    from presdep.config import thaw
+
+    assert thaw(cfg.raw["context_decomposition"]) == {"datasets": ["synthetic"], "variants": [], "mode": "screen",
+                                                      "pool": 100,
+                                                      "shuffles": 10, "queries": 100, "query_sample_seed": 0,
+                                                      "resamples": 10000, "bootstrap_seed": 0}
+
+
 def test_the_verdict_reader_needs_labelled_reranking_datasets(default_config):
     with pytest.raises(ConfigError, match="verdict_reader.datasets: 'synthetic' has no verdict_labels"):
         _load(_with(default_config, verdict_reader={"datasets": ["synthetic"]}))

@@ -1,0 +1,20 @@
+"""Snakemake adapter: the context decomposition's reads of one (run, dataset)."""
+from presdep.config.records import Protocol
+from presdep.runtime.logs import log_to_file
+from presdep.scoring.context_job import score_contexts_file
+from presdep.scoring.job import scoring_run
+
+log_to_file(snakemake.log[0])  # noqa: F821 - injected by Snakemake
+p = snakemake.params  # noqa: F821
+score_contexts_file(
+    candidates_path=snakemake.input.candidates,  # noqa: F821
+    qrels_path=snakemake.input.qrels,  # noqa: F821
+    out_path=snakemake.output.scores,  # noqa: F821
+    dataset=snakemake.wildcards.dataset,  # noqa: F821
+    run=scoring_run(p.variant_name, p.variant, model=p.model, model_dir=snakemake.input.get("model_dir"),  # noqa: F821
+                    selected_path=None, seed=None),
+    protocol=Protocol.from_dict(p.protocol),
+    settings=p.settings,
+    threads=snakemake.threads,  # noqa: F821
+    read_cache=p.read_cache or None,
+)
