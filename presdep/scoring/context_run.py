@@ -10,7 +10,7 @@ Per query, every pool document is read in four arms (two in screen mode):
 * A4: the target alone under its label ``[slot + 1]`` with the chunk's w-line skeleton, read
   at its line (at slot 0 the same prompt as A1 up to the line read).
 
-Every request goes to the scorer's ``score_slots`` in ONE call (repeats removed first), so a
+A query's requests go to the scorer's ``score_slots`` in one call (repeats removed first), so a
 scorer that batches and the read cache see them together; A1 and A2 are ordinary prompts,
 so a score job's reads of the same prompts are cache hits.
 """
@@ -164,22 +164,26 @@ def score_contexts(candidates: pl.DataFrame, judged: Mapping[str, Collection[str
     judged = {str(q): set(docs) for q, docs in judged.items()}
     sampled, texts = _queries(candidates, judged, pool, queries, query_sample_seed, max_doc_chars)
     arms = MODES[mode]
-    plan = _Plan({}, [], [])
+    plans = []
     for q in sampled:
+        plans.append(_Plan({}, [], []))
         donors = _donor_pool(q, texts, judged.get(q.qid, set())) if "A3" in arms else None
-        _plan_query(plan, q, arms, presentation_orders(len(q.doc_ids), shuffles), b, chunking, texts, donors)
+        _plan_query(plans[-1], q, arms, presentation_orders(len(q.doc_ids), shuffles), b, chunking, texts, donors)
     n_candidates = {(q.qid, r): len(q.doc_ids) - r for q in sampled for r in q.ranks}
-    log.info("context decomposition: %d queries, %d rows, %d distinct requests", len(sampled), len(plan.rows),
-             len(plan.requests))
-    scores = read_with_progress(scorer, len(plan.requests), "score contexts",
-                                lambda: _read(scorer, plan, n_candidates),
+    total = sum(len(p.requests) for p in plans)
+    log.info("context decomposition: %d queries, %d rows, %d distinct requests", len(sampled),
+             sum(len(p.rows) for p in plans), total)
+    # One scorer call per query: a query's ~2,400 requests (pool 100, 11 presentations) batch well,
+    # and the token ids of every query's prompts at once would not fit in memory.
+    scores = read_with_progress(scorer, total, "score contexts",
+                                lambda: [x for p in plans for x in _read(scorer, p, n_candidates)],
                                 progress and not getattr(scorer, "first_stage", False))
-    cols = list(zip(*plan.rows))
+    cols = list(zip(*[r for p in plans for r in p.rows]))
     out = pl.DataFrame({name: list(col) for name, col in zip(list(CONTEXT_SCORE_SCHEMA)[:8], cols[:8])} |
                        {"score": scores}, schema=CONTEXT_SCORE_SCHEMA)
     if out["score"].is_nan().any():
         raise RuntimeError("context decomposition: the scorer returned a NaN score")
-    return ContextScores(out, np.asarray(plan.length_errors, dtype=np.int64))
+    return ContextScores(out, np.asarray([e for p in plans for e in p.length_errors], dtype=np.int64))
 
 
 def length_error_summary(errors: np.ndarray) -> dict:
