@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
+from presdep.contracts.errors import InvalidInput
+
 
 @dataclass(frozen=True)
 class GradeReadout:
@@ -40,12 +42,12 @@ class SlotRequest:
 
     def __post_init__(self):
         if not self.docs or len(self.labels) != len(self.docs):
-            raise ValueError(f"a slot request shows at least one document, each under one label; got "
+            raise InvalidInput(f"a slot request shows at least one document, each under one label; got "
                              f"{len(self.docs)} documents and labels {self.labels}")
         if len(set(self.labels)) != len(self.labels) or not all(1 <= x <= self.lines for x in self.labels):
-            raise ValueError(f"labels must be distinct lines of the {self.lines}-line skeleton; got {self.labels}")
+            raise InvalidInput(f"labels must be distinct lines of the {self.lines}-line skeleton; got {self.labels}")
         if not self.read or not all(1 <= x <= self.lines for x in self.read):
-            raise ValueError(f"read must name lines of the {self.lines}-line skeleton; got {self.read}")
+            raise InvalidInput(f"read must name lines of the {self.lines}-line skeleton; got {self.read}")
 
     @classmethod
     def ordinary(cls, query: str, docs: Sequence[str]) -> "SlotRequest":

@@ -45,26 +45,21 @@ class PromptTemplate:
     default_instruction: str | None = None
 
     def render(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None,
-               instruction: str | None = None, labels: Sequence[int] | None = None, n: int | None = None) -> str:
-        """The user message: instruction, query and the ``[i]``-tagged documents.
-
-        ``labels`` (default 1..len(docs)) are the tags the documents show and ``n`` (default
-        len(docs)) the item count the rubric names: a slot request shows fewer documents than
-        its skeleton has lines.
-        """
+               instruction: str | None = None, labels: Sequence[int] | None = None) -> str:
+        """The user message: instruction, query and the ``[i]``-tagged documents (``labels``, default
+        1..len(docs), are the tags they show: a slot request's need not start at 1)."""
         lines = []
         for i, d in zip(labels or range(1, len(docs) + 1), docs, strict=True):
             body = prepare_doc(d, max_doc_chars)
             lines.append(f"[{i}] {body}" if body else f"[{i}]")
         instr = instruction if instruction is not None else self.default_instruction
-        return self.user.format(query=prepare_doc(query, None), documents="\n".join(lines),
-                                n=len(docs) if n is None else n, instruction=prepare_doc(instr or "", None))
+        return self.user.format(query=prepare_doc(query, None), documents="\n".join(lines), n=len(docs),
+                                instruction=prepare_doc(instr or "", None))
 
     def messages(self, query: str, docs: Sequence[str], max_doc_chars: int | None = None,
-                 instruction: str | None = None, labels: Sequence[int] | None = None,
-                 n: int | None = None) -> list[dict]:
+                 instruction: str | None = None, labels: Sequence[int] | None = None) -> list[dict]:
         """Chat messages: the system message (when the template has one), then the user message."""
-        user = {"role": "user", "content": self.render(query, docs, max_doc_chars, instruction, labels, n)}
+        user = {"role": "user", "content": self.render(query, docs, max_doc_chars, instruction, labels)}
         return ([{"role": "system", "content": self.system}] if self.system else []) + [user]
 
 
@@ -198,10 +193,9 @@ class SkeletonBuilder:
             self._prefix_cache[i] = self._encode(f"[{i}] Grade: ")
         return self._prefix_cache[i]
 
-    def prompt_ids(self, query: str, docs: Sequence[str], labels: Sequence[int] | None = None,
-                   n: int | None = None) -> list[int]:
+    def prompt_ids(self, query: str, docs: Sequence[str], labels: Sequence[int] | None = None) -> list[int]:
         text = self.tokenizer.apply_chat_template(
-            self.template.messages(query, docs, self.max_doc_chars, self.instruction, labels, n),
+            self.template.messages(query, docs, self.max_doc_chars, self.instruction, labels),
             tokenize=False,
             add_generation_prompt=True,
             **self.chat_template_kwargs,

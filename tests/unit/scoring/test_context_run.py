@@ -186,3 +186,14 @@ def test_the_tiny_model_runs_every_arm(tiny):
         got.scores.filter(pl.col("arm") == "A1").select("query_id", "doc_id", pl.col("score").alias("alone")),
         on=["query_id", "doc_id"])
     assert slot0.height > 0 and np.allclose(slot0["score"], slot0["alone"], atol=1e-6)
+
+
+@pytest.mark.parametrize("labels, lines, read, message", [
+    ((1, 2), 3, (1,), "each under one label"),
+    ((4,), 3, (1,), "distinct lines of the 3-line skeleton"),
+    ((2,), 3, (0,), "read must name lines"),
+    ((2,), 3, (), "read must name lines"),
+])
+def test_a_slot_request_refuses_labels_or_lines_outside_its_skeleton(labels, lines, read, message):
+    with pytest.raises(InvalidInput, match=message):
+        SlotRequest(Q, (DOCS[0],), labels, lines, read)
