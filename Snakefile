@@ -33,6 +33,7 @@ include: "rules/verdicts.smk"
 include: "rules/width.smk"
 include: "rules/pool.smk"
 include: "rules/context.smk"
+include: "rules/render.smk"
 include: "rules/named_run.smk"
 
 

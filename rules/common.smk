@@ -180,6 +180,18 @@ def context_metrics_files():
     return [f"{RESULTS}/context_metrics/{run}/{ds}.parquet" for run in CONTEXT_RUNS for ds in CONTEXT_DATASETS]
 
 
+# The render perturbations (rules/render.smk): its datasets, and the single-pass rows whose scorer reads
+# a prompt's render (capability slot_reads; the identity row reads ranks, not prompts).
+RENDER = thaw(CFG.raw["render_perturbations"])
+RENDER_DATASETS = [d for d in RENDER["datasets"] if d in EVAL_DATASETS]
+RENDER_RUNS = [run for run in POOL_RUNS if CFG.variants[RUNS[run][0]].capabilities.slot_reads
+               and (not RENDER["variants"] or RUNS[run][0] in RENDER["variants"])]
+
+
+def render_metrics_files():
+    return [f"{RESULTS}/render_metrics/{run}/{ds}.parquet" for run in RENDER_RUNS for ds in RENDER_DATASETS]
+
+
 def matched_reference_files():
     """One file per trained run and reranking eval dataset whose seed has a single-order run."""
     return [f"{RESULTS}/matched/{run}/{ds}.parquet" for run, (name, seed) in RUNS.items() if seed is not None
@@ -212,6 +224,7 @@ def final_outputs():
         *([f"{RESULTS}/width.md"] if CFG.raw["width"]["pairs"] else []),
         *([f"{RESULTS}/pool_perturbation.md"] if CFG.raw["pool_perturbation"]["datasets"] else []),
         *([f"{RESULTS}/context_decomposition.md"] if CONTEXT_DATASETS and CONTEXT_RUNS else []),
+        *([f"{RESULTS}/render_perturbations.md"] if RENDER_DATASETS and RENDER_RUNS else []),
         *metrics_files(),
         f"{RESULTS}/position_profile.svg",
         *([f"{RESULTS}/figure1.svg"] if FIGURE1 else []),

@@ -66,6 +66,16 @@ def local_model(path: Path, **extra) -> dict:
 WORDS = ("alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "maple", "tiger", "ocean", "lemon", "piano")
 
 
+def tiny_transformers_scorer(folder: Path, B: int = 3):
+    """The transformers scorer on a fresh tiny Qwen2 under ``folder`` (B documents a prompt, 200 characters each)."""
+    from presdep.scoring.factory import make_scorer
+
+    run = ScoringRun.checked({"scorer": "transformers", "chunking": "contiguous", "calibration": "none", "bsc_k": 1,
+                              "bsc_ensembles": 2, "capcal_beta": 1.0, "model": local_model(tiny_causal_lm(folder))})
+    proto = Protocol.checked({"seed": 0, "M": 3, "B": B, "perturbations": ["random_shuffle"], "max_doc_chars": 200})
+    return make_scorer(run, proto.prompt)
+
+
 def fixture(n_queries: int = 4, n_docs: int = 6):
     """Candidates and graded qrels of a small reranking / response set (every query has a relevant doc)."""
     import polars as pl

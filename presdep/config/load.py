@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 from presdep.config.aliases import expand_aliases
 from presdep.config.catalogue import expand_catalogue
 from presdep.config.paths import check_path_kinds
-from presdep.config.programs import context_problems, pool_problems, verdict_reader_problems, width_problems
+from presdep.config.programs import (
+    context_problems,
+    pool_problems,
+    render_problems,
+    verdict_reader_problems,
+    width_problems,
+)
 from presdep.config.records import WorkflowConfig
 from presdep.config.run_names import run_name_problem
 from presdep.config.schema_enums import SCHEMA_PATH
@@ -223,6 +229,8 @@ def _check_references(config: Mapping[str, Any]) -> None:
     labels = {v.get("label", name) for name, v in config["variants"].items()}
     problems.extend(pool_problems(config["pool_perturbation"], datasets, labels))
     problems.extend(context_problems(config["context_decomposition"], datasets, config["variants"]))
+    problems.extend(render_problems(config["render_perturbations"], datasets, config["variants"],
+                                    config["protocol"]["rubric"]["rerank"]))
     if problems:
         raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
 

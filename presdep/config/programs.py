@@ -87,4 +87,27 @@ def context_problems(context: Mapping[str, Any], specs: Mapping[str, Any], entri
     return out
 
 
-__all__ = ["context_problems", "context_ready", "pool_problems", "verdict_reader_problems", "width_problems"]
+def render_problems(render: Mapping[str, Any], specs: Mapping[str, Any], entries: Mapping[str, Any],
+                    default_rubric: str | None = None) -> list[str]:
+    """The render perturbations read reranking eval datasets with rows that read a prompt's render
+    (the rows :func:`context_ready` admits, less the identity row); a paraphrase or scale needs the
+    relevance rubric, whose variants are shipped."""
+    out = _reranking_problems("render_perturbations", render["datasets"], specs, "the render perturbations")
+    needs_rubric = [k for k in render["kinds"] if k in ("rubric_paraphrase", "scale")]
+    for name in render["datasets"]:
+        rubric = (specs.get(name) or {}).get("rubric") or default_rubric
+        if needs_rubric and rubric not in (None, "relevance_v2"):
+            out.append(f"render_perturbations.datasets: {name!r} uses the rubric {rubric!r}; {needs_rubric} are "
+                       "shipped for relevance_v2 only (drop them from kinds, or use that rubric)")
+    for name in render["variants"]:
+        entry = entries.get(name)
+        if entry is None:
+            out.append(f"render_perturbations.variants: {name!r} is not a variant of this config ({sorted(entries)})")
+        elif not context_ready(entry) or not registry()[entry["scorer"]].capabilities.slot_reads:
+            out.append(f"render_perturbations.variants: {name!r} is not an untrained, uncalibrated, single-pass "
+                       "row whose scorer reads a prompt's render (capability slot_reads)")
+    return out
+
+
+__all__ = ["context_problems", "context_ready", "pool_problems", "render_problems", "verdict_reader_problems",
+           "width_problems"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from presdep.contracts.errors import InvalidInput
+from presdep.contracts.render_variants import Render
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,9 @@ class SlotRequest:
     ``docs`` are shown in order under the labels ``labels`` (1-based, ``[label] text``),
     the answer skeleton has ``lines`` lines ``[1] .. [lines]``, and ``read`` names the
     lines (1-based) whose grade is read, in the order their readouts come back. An
-    ordinary prompt of n documents is labels 1..n, n lines, every line read.
+    ordinary prompt of n documents is labels 1..n, n lines, every line read. ``render`` changes
+    the prompt's surface (the render perturbations: the lines' label strings, the separator, the
+    rubric and its grade scale); None is the canonical surface.
     """
 
     query: str
@@ -39,6 +42,7 @@ class SlotRequest:
     labels: tuple[int, ...]
     lines: int
     read: tuple[int, ...]
+    render: Render | None = None
 
     def __post_init__(self):
         if not self.docs or len(self.labels) != len(self.docs):
@@ -48,11 +52,14 @@ class SlotRequest:
             raise InvalidInput(f"labels must be distinct lines of the {self.lines}-line skeleton; got {self.labels}")
         if not self.read or not all(1 <= x <= self.lines for x in self.read):
             raise InvalidInput(f"read must name lines of the {self.lines}-line skeleton; got {self.read}")
+        line_labels = self.render.line_labels if self.render is not None else None
+        if line_labels is not None and len(line_labels) != self.lines:
+            raise InvalidInput(f"a render names {len(line_labels)} line labels for a {self.lines}-line skeleton")
 
     @classmethod
-    def ordinary(cls, query: str, docs: Sequence[str]) -> "SlotRequest":
+    def ordinary(cls, query: str, docs: Sequence[str], render: Render | None = None) -> "SlotRequest":
         n = len(docs)
-        return cls(query, tuple(docs), tuple(range(1, n + 1)), n, tuple(range(1, n + 1)))
+        return cls(query, tuple(docs), tuple(range(1, n + 1)), n, tuple(range(1, n + 1)), render)
 
 
 @runtime_checkable

@@ -186,10 +186,11 @@ def zeng_psi(ndcg: np.ndarray, buckets: np.ndarray) -> float:
     return zeng_from_bucket_means(zeng_bucket_means(ndcg, buckets))
 
 
-def zeng_psi_corpus(bucket_means: np.ndarray) -> float:
+def zeng_psi_corpus(bucket_means: np.ndarray, buckets: int = N_BUCKETS) -> float:
     """Corpus form: average each bucket's per-query means (over queries where the bucket
-    is non-empty), then apply 1 - min/max to the three averages."""
-    bm = np.asarray(bucket_means, dtype=np.float64).reshape(-1, N_BUCKETS)
+    is non-empty), then apply 1 - min/max to the ``buckets`` averages (three position buckets;
+    a render perturbation's variants are its buckets)."""
+    bm = np.asarray(bucket_means, dtype=np.float64).reshape(-1, buckets)
     with np.errstate(invalid="ignore"):
         counts = (~np.isnan(bm)).sum(axis=0)
         avg = np.where(counts > 0, np.nansum(bm, axis=0) / np.maximum(counts, 1), np.nan)

@@ -26,7 +26,7 @@ from presdep.scoring.hf_load import pad_id
 from presdep.scoring.lazy_model import LazyModel
 from presdep.scoring.merged_adapter import load_student, merges
 from presdep.scoring.read_cache import Stopwatch, entry_key
-from presdep.scoring.read_through import Prepared, readouts_of, token_batches
+from presdep.scoring.read_through import Prepared, readouts_of, request_readouts, token_batches
 from presdep.scoring.template import DEFAULT_TEMPLATE, SkeletonBuilder, load_template
 
 log = logging.getLogger(__name__)
@@ -185,10 +185,20 @@ class TransformersScorer(LazyModel, PromptScorer):
         for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
             with torch.inference_mode(), self.forward:
                 ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
+                # One head over every grade token the batch reads (a render's scale reads its own);
+                # each prompt's softmax is over its own tokens only.
+                wanted = [built[i].grade_ids or self.grade_ids for i in idx]
+                union = list(dict.fromkeys(t for w in wanted for t in w))
                 # Right padding + causal attention: no mask needed (see slot_grade_logits).
-                probs = grade_probs(slot_grade_logits(model, ids, None, reads, self.grade_ids)).cpu().numpy()
+                logits = slot_grade_logits(model, ids, None, reads, union)
+                own = grade_probs(logits).cpu().numpy() if union == list(self.grade_ids) else None
             for row, i in enumerate(idx):
-                out[i] = probs[row, : len(built[i].read_positions)]
+                n = len(built[i].read_positions)
+                if own is not None:
+                    out[i] = own[row, :n]
+                else:
+                    cols = [union.index(t) for t in wanted[row]]
+                    out[i] = grade_probs(logits[row, :n][:, cols]).cpu().numpy()
             tokens = sum(len(built[i].ids) for i in idx)
             self.prompts_read += len(idx)
             self.tokens_read += tokens
@@ -199,7 +209,7 @@ class TransformersScorer(LazyModel, PromptScorer):
         """Each prompt (or :class:`SlotRequest`) built (token ids, read positions) with its
         read-cache key and length."""
         built = [self.builder.build_request(p) for p in prompts]
-        out = [Prepared(entry_key(b.ids, b.read_positions), len(b.ids), b) for b in built]
+        out = [Prepared(entry_key(b.ids, b.read_positions, b.grade_ids), len(b.ids), b) for b in built]
         self.prompts_asked += len(out)
         self._distinct.update(p.key for p in out)
         return out
@@ -221,8 +231,8 @@ class TransformersScorer(LazyModel, PromptScorer):
         return [readouts_of(p) for p in self.slot_probs(prompts)]
 
     def score_slots(self, requests: Sequence[SlotRequest]) -> list[list[GradeReadout]]:
-        """One readout per line each request reads (capability ``slot_reads``)."""
-        return [readouts_of(p) for p in self.slot_probs(requests)]
+        """One readout per line each request reads (capability ``slot_reads``), on its render's scale."""
+        return request_readouts(requests, self.slot_probs(requests), self.builder.template)
 
     def reread_in_batches(self, targets: Sequence[tuple[str, Sequence[str]]],
                           companions: Sequence[tuple[str, Sequence[str]]], rereads: int,

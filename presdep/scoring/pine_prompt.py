@@ -68,8 +68,7 @@ def _chat_text(builder: SkeletonBuilder, messages: list[dict]) -> str:
 def _around_documents(builder: SkeletonBuilder, query: str, docs: Sequence[str]) -> tuple[str, str]:
     """(chat text before the documents section, chat text after it)."""
     tpl = builder.template
-    user = tpl.user.format(query=prepare_doc(query, None), documents=DOCUMENTS_MARKER, n=len(docs),
-                           instruction=prepare_doc(builder.instruction or "", None))
+    user = tpl.format_user(query, DOCUMENTS_MARKER, len(docs), builder.instruction or "")
     section = "\n".join(_document_line(i, d, builder.max_doc_chars) for i, d in enumerate(docs, start=1))
     # The marker stands exactly where render() writes the documents, or the cut would drift.
     if user.count(DOCUMENTS_MARKER) != 1 or user.replace(DOCUMENTS_MARKER, section) != tpl.render(

@@ -1,7 +1,8 @@
 """A content-addressed cache of model reads: each prompt's grade probabilities, read once.
 
-An entry is one prompt's P(grade) per slot (float64, [slots, 4]), keyed by the exact
-token ids and read positions; entries live in a folder per *identity*: the model (its
+An entry is one prompt's P(grade) per slot (float64, [slots, 4]; a render perturbation's scale
+reads its own grade count), keyed by the exact token ids and read positions (and those grade
+tokens); entries live in a folder per *identity*: the model (its
 pinned source or the hash of its weights), the adapter's hash, the template's hash, the
 dtype, the device type, the grade token ids and the torch / transformers versions. A
 prompt that another variant, an earlier run or a killed job has read is never read again,
@@ -56,12 +57,16 @@ def probability_problem(arr: np.ndarray) -> str | None:
     return None
 
 
-def entry_key(ids: Sequence[int], read_positions: Sequence[int]) -> str:
-    """The key of one prompt: sha256 over its token ids and read positions (int64, little-endian)."""
+def entry_key(ids: Sequence[int], read_positions: Sequence[int], grade_ids: Sequence[int] | None = None) -> str:
+    """The key of one prompt: sha256 over its token ids and read positions (int64, little-endian),
+    and the grade tokens read where a render's scale reads others than the identity's."""
     h = hashlib.sha256()
     h.update(np.asarray(ids, dtype="<i8").tobytes())
     h.update(b"|")
     h.update(np.asarray(read_positions, dtype="<i8").tobytes())
+    if grade_ids is not None:
+        h.update(b"|grades|")
+        h.update(np.asarray(grade_ids, dtype="<i8").tobytes())
     return h.hexdigest()
 
 
@@ -74,8 +79,9 @@ class ReadCache(ContentCache):
 
     def _check(self, probs: Any) -> np.ndarray:
         arr = np.asarray(probs, dtype=np.float64)
-        if arr.ndim != 2 or arr.shape[1] != 4:
-            raise InvalidInput(f"read cache: an entry is [slots, 4] grade probabilities, got shape {arr.shape}")
+        if arr.ndim != 2 or arr.shape[1] < 2:
+            raise InvalidInput(f"read cache: an entry is [slots, grades] grade probabilities (4 grades, or a render "
+                               f"scale's), got shape {arr.shape}")
         problem = probability_problem(arr)
         if problem is not None:
             raise InvalidInput(f"read cache: an entry is one probability distribution per slot; {problem}")
@@ -105,10 +111,11 @@ class ReadCache(ContentCache):
                 yield None, "no probabilities"
                 continue
             arr = flat[offsets[i] : offsets[i + 1]]
-            if n is None or n < 0 or arr.size != 4 * n:
+            # A slot has 4 grades, or a render scale's count (the checksum covers the shape).
+            if n is None or n <= 0 or arr.size % n or arr.size // n < 2:
                 yield None, f"{arr.size} values for {n} slots"
                 continue
-            yield arr.astype(np.float64).reshape(n, 4), None
+            yield arr.astype(np.float64).reshape(n, arr.size // n), None
 
     def _encode(self, keys: list[str], entries: Mapping[str, np.ndarray]) -> dict[str, pa.Array]:
         return {"slots": pa.array([entries[k].shape[0] for k in keys], pa.int32()),

@@ -34,7 +34,9 @@ import numpy as np
 
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.readouts import GradeReadout
+from presdep.contracts.render_variants import DEFAULT_SCALE
 from presdep.scoring.read_cache import ReadCache
+from presdep.scoring.template import PromptTemplate, request_scale
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,16 @@ def token_batches(lengths: Sequence[int], max_prompts: int, max_tokens: int | No
 def readouts_of(probs: Any) -> list[GradeReadout]:
     """One prompt's readouts from its P(grade) rows [slots, 4]: E[g] and the probabilities."""
     return [GradeReadout(float(row @ GRADES), tuple(float(x) for x in row)) for row in probs]
+
+
+def request_readouts(requests: Sequence[Any], probs: Sequence[Any], template: PromptTemplate) -> list[list[GradeReadout]]:
+    """Readouts of slot requests from their P(grade) rows: E[g] and the probabilities on the 0-3
+    scale; on a render's other scale its mapped score in the 0-3 units, without probabilities."""
+    out = []
+    for request, p in zip(requests, probs, strict=True):
+        scale = request_scale(request, template)
+        out.append(readouts_of(p) if scale.name == DEFAULT_SCALE else [GradeReadout(float(x)) for x in scale.score(p)])
+    return out
 
 
 def text_key(query: str, docs: Sequence[str]) -> str:
@@ -180,7 +192,7 @@ class ReadThrough:
         if not hasattr(self.scorer, "score_slots") or not native_reads(self.scorer):
             raise InvalidInput(f"scorer {getattr(self.scorer, 'name', '?')!r} cannot read selected slots "
                                "(capability slot_reads)")
-        return [readouts_of(p) for p in self.slot_probs(requests)]
+        return request_readouts(requests, self.slot_probs(requests), self.scorer.builder.template)
 
     def slot_probs(self, prompts: Sequence[tuple[str, Sequence[str]]]) -> list[np.ndarray]:
         """P(grade) per slot for each prompt, float64 ``[slots, 4]``: stored reads, and the rest
@@ -257,5 +269,5 @@ def with_read_cache(scorer: Any, root: Any, *, declared: bool = False) -> Any:
     return ReadThrough(scorer, root)
 
 
-__all__ = ["Prepared", "ReadThrough", "TextReads", "readouts_of", "reads_probabilities", "text_key",
+__all__ = ["Prepared", "ReadThrough", "TextReads", "readouts_of", "reads_probabilities", "request_readouts", "text_key",
            "token_batches", "with_read_cache"]

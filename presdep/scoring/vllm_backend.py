@@ -30,7 +30,7 @@ from presdep.runtime.hashing import weights_sha256
 from presdep.runtime.models import describe_model, model_identity
 from presdep.scoring.backends import _runtime_options, _template
 from presdep.scoring.read_cache import Stopwatch, entry_key
-from presdep.scoring.read_through import Prepared, readouts_of, token_batches
+from presdep.scoring.read_through import Prepared, readouts_of, request_readouts, token_batches
 from presdep.scoring.template import SkeletonBuilder
 from presdep.scoring.vllm_readout import (
     CHUNK_PROMPTS,
@@ -211,7 +211,10 @@ class VLLMScorer(PromptScorer):
         out = []
         for prompt in prompts:
             b = self.builder.build_request(prompt)
-            out.append(Prepared(entry_key(b.ids, b.read_positions), len(b.ids), b))
+            if b.grade_ids is not None and self.readout == "pooling":
+                raise InvalidInput("the pooling readout's head holds the grade tokens 0-3 only; read a render "
+                                   "scale's grades with readout: logprobs")
+            out.append(Prepared(entry_key(b.ids, b.read_positions, b.grade_ids), len(b.ids), b))
         self.prompts_asked += len(out)
         self._distinct.update(p.key for p in out)
         return out
@@ -260,8 +263,16 @@ class VLLMScorer(PromptScorer):
 
         first = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=self.logprobs_k, detokenize=False)
         outs = generate([b.ids for b in built], first)
-        probs, made = logprob_reads(built, [o.prompt_logprobs for o in outs], self.grade_ids, second, self.logprobs_k)
-        self.stats.add(made)
+        probs: list = [None] * len(built)
+        groups: dict[tuple[int, ...], list[int]] = {}  # a render's scale reads its own grade tokens
+        for i, b in enumerate(built):
+            groups.setdefault(tuple(b.grade_ids or self.grade_ids), []).append(i)
+        for grade_ids, idx in groups.items():
+            part, made = logprob_reads([built[i] for i in idx], [outs[i].prompt_logprobs for i in idx], grade_ids,
+                                       second, self.logprobs_k)
+            self.stats.add(made)
+            for i, p in zip(idx, part, strict=True):
+                probs[i] = p
         return probs
 
     def take_stats(self) -> dict:
@@ -272,8 +283,8 @@ class VLLMScorer(PromptScorer):
         return [readouts_of(p) for p in self.read_prepared(self.prepare(prompts))]
 
     def score_slots(self, requests: Sequence[Any]) -> list[list[GradeReadout]]:
-        """One readout per line each slot request reads (capability ``slot_reads``)."""
-        return [readouts_of(p) for p in self.read_prepared(self.prepare(requests))]
+        """One readout per line each slot request reads (capability ``slot_reads``), on its render's scale."""
+        return request_readouts(requests, self.read_prepared(self.prepare(requests)), self.builder.template)
 
 
 def make_vllm(run: ScoringRun, prompt: PromptSettings) -> VLLMScorer:

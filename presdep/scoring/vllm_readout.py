@@ -188,7 +188,7 @@ def logprob_reads(built: Sequence[Any], prompt_logprobs: Sequence[Any], grade_id
         if plp is None or len(plp) != len(b.ids):
             raise RuntimeError(f"vLLM returned {None if plp is None else len(plp)} prompt logprobs for "
                                f"{len(b.ids)} tokens")
-        probs = np.full((len(b.read_positions), 4), np.nan)
+        probs = np.full((len(b.read_positions), len(grade_ids)), np.nan)
         for s, r in enumerate(b.read_positions):
             entry = plp[r + 1]
             if complete(entry, grade_ids):

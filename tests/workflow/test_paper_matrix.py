@@ -186,6 +186,10 @@ def test_the_dry_run_lists_every_job_of_the_matrix(paper, paper_dry_run):
     used |= {paper["reader"]["model"]} | {paper["teachers"][t]["model"] for t in teachers
                                           if paper["teachers"][t]["kind"] == "open_weight"}
     assert jobs.get("fetch_model", 0) == len(used)
+    # The appendix programs the paper runs with one fixed scorer (off the shelf on DL19) are planned.
+    for rule in ("score_context", "context_metrics", "score_render", "render_metrics"):
+        assert jobs.get(rule) == 1, rule
+    assert jobs.get("context_table") == 1 and jobs.get("render_table") == 1
     print("paper matrix jobs per rule:", dict(sorted(jobs.items(), key=lambda kv: -kv[1])), "total", sum(jobs.values()))
     assert sum(jobs.values()) < 3000, "the paper matrix must stay in the low thousands of jobs"
 

@@ -35,6 +35,7 @@ datasets:
 width: {pairs: {dl19: dl19_b1}, resamples: 200}
 pool_perturbation: {datasets: [dl19, dl19_b1], pool: 99, queries: 3, contrasts: [[Tiny LM, BM25 (identity)]], resamples: 200}
 context_decomposition: {datasets: [dl19], pool: 10, shuffles: 1, queries: 2, resamples: 200}
+render_perturbations: {datasets: [dl19], queries: 2}
 variants:
   bm25: {label: BM25 (identity), scorer: identity}
   tiny_lm: {label: Tiny LM, scorer: transformers, model: tiny}
@@ -42,7 +43,7 @@ variants:
   isolated: {label: Isolated slots, scorer: isolated_slots, model: tiny, table: controls}
 """
 TARGETS = ("results/verdict_flip.md", "results/controls.md", "results/table1.csv", "results/width.md",
-           "results/pool_perturbation.md", "results/context_decomposition.md")
+           "results/pool_perturbation.md", "results/context_decomposition.md", "results/render_perturbations.md")
 LABELS = ("SUPPORTED", "REFUTED", "NOT ENOUGH INFO", "DISPUTED")
 
 
@@ -65,6 +66,8 @@ def test_appendix_programs_on_dl19(tmp_path, shared_data):
     assert jobs["score_pool"] == 4 and jobs["pool_metrics"] == 4 and jobs["pool_table"] == 1
     # The context decomposition: both Table 1 rows (the identity row reads ranks, the tiny model slots).
     assert jobs["score_context"] == 2 and jobs["context_metrics"] == 2 and jobs["context_table"] == 1
+    # The render perturbations: the tiny model's row only (the identity row reads ranks, not prompts).
+    assert jobs["score_render"] == 1 and jobs["render_metrics"] == 1 and jobs["render_table"] == 1
     snakemake(work, *TARGETS, "--cores", "2", "--configfile", "verdicts.yaml")
 
     sampled = read_table(work / "results/dl19/candidates.parquet", "candidates")["query_id"].unique().to_list()
@@ -157,3 +160,21 @@ def test_appendix_programs_on_dl19(tmp_path, shared_data):
         parts = sum(ctx_value("Tiny LM", pert, t) for t in ("companion_content", "companion_presence", "skeleton"))
         assert parts == pytest.approx(ctx_value("Tiny LM", pert, "width"), abs=1e-5)  # CSV: 6 digits
     assert ctx_value("Tiny LM", "context_canonical", "score_width_abs") > 0.0
+
+    # The render perturbations: 2 queries x 100 documents, the first-stage pass and 5 variants per kind.
+    renders = read_table(work / "results/render/tiny_lm/dl19.parquet", "scores")
+    counts = dict(renders.group_by("perturbation").len().iter_rows())
+    assert counts == {"first_stage": 200, "id_relabel": 1000, "separator": 1000, "rubric_paraphrase": 1000,
+                      "scale": 1000}
+    # Variant 0 is the canonical prompt: the score job's first-stage read of the same documents.
+    scored = read_table(work / "results/scores/tiny_lm/dl19.parquet", "scores").filter(
+        pl.col("perturbation") == "first_stage").select("query_id", "doc_id", pl.col("score").alias("scored"))
+    for pert in ("first_stage", "id_relabel", "scale"):
+        same = renders.filter((pl.col("perturbation") == pert) & (pl.col("presentation") == 0)).join(
+            scored, on=["query_id", "doc_id"])
+        assert same.height == 200 and (same["score"] - same["scored"]).abs().max() < 1e-12
+    rt = pl.read_csv(work / "results/render_perturbations.csv")
+    tau = rt.filter((pl.col("label") == "Tiny LM") & (pl.col("metric") == "tau_psi"))
+    assert set(tau["perturbation"]) == {"id_relabel", "separator", "rubric_paraphrase", "scale"}
+    assert all(0.0 < v <= 1.0 for v in tau["value"])  # every surface moves the tiny model's ranking
+    assert "| Tiny LM | dl19 | scale |" in (work / "results/render_perturbations.md").read_text(encoding="utf-8")

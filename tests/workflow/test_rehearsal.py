@@ -41,7 +41,8 @@ SLICE_VARIANTS = ("off_the_shelf", "jina_reranker_v3", "rank_zephyr", "mxbai_rer
 PROFILE = ("--profile", "profiles/slurm", "--profile", "profiles/slurm-rehearsal")
 # The paper's decision programs beside Table 1 (the verdict reader on Climate-FEVER's claims).
 DECISIONS = ("results/discordance.md", "results/contrasts.md", "results/matched_retention.md",
-             "results/verdict_flip.md", "results/width.md", "results/context_decomposition.md")
+             "results/verdict_flip.md", "results/width.md", "results/context_decomposition.md",
+             "results/render_perturbations.md")
 RUN_TIMEOUT = 1500
 
 

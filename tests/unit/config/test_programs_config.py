@@ -87,3 +87,22 @@ def test_catalogue_k_input_is_no_deeper_than_the_first_stage():
     assert check_entry(entry, pool=False) == []
     entry["k_input"] = 102
     assert check_entry(entry, pool=False) == ["k_input 102 must be a positive integer no deeper than first_stage.k"]
+
+
+def test_render_perturbations_read_reranking_rows_that_read_renders(default_config):
+    with pytest.raises(ConfigError, match="render_perturbations.datasets: 'synthetic-qa' is a eval qa dataset"):
+        _load(_with(default_config, render_perturbations={"datasets": ["synthetic-qa"]}))
+    with pytest.raises(ConfigError, match="render_perturbations.kinds"):
+        _load(_with(default_config, render_perturbations={"datasets": ["synthetic"], "kinds": ["font"]}))
+    with pytest.raises(ConfigError, match="render_perturbations.variants: 'bm25' is not an untrained"):
+        _load(_with(default_config, render_perturbations={"datasets": ["synthetic"], "variants": ["bm25"]}))
+    with pytest.raises(ConfigError, match=r"render_perturbations.datasets: 'synthetic' uses the rubric 'own.yaml'; "
+                                          r"\['scale'\] are shipped for relevance_v2 only"):
+        _load(_with(default_config, datasets={"synthetic": {**default_config["datasets"]["synthetic"],
+                                                            "rubric": "own.yaml"}},
+                    render_perturbations={"datasets": ["synthetic"], "kinds": ["id_relabel", "scale"]}))
+    cfg = _load(_with(default_config, render_perturbations={"datasets": ["synthetic"], "kinds": ["separator"]}))
+    from presdep.config import thaw
+
+    assert thaw(cfg.raw["render_perturbations"]) == {"datasets": ["synthetic"], "variants": [], "kinds": ["separator"],
+                                                     "seed": 0, "queries": 100, "query_sample_seed": 0}

@@ -8,16 +8,14 @@ import hashlib
 import numpy as np
 import polars as pl
 import pytest
-from scorers_tiny import fixture, local_model, tiny_causal_lm
+from scorers_tiny import fixture, tiny_transformers_scorer
 
-from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.readouts import SlotRequest
 from presdep.metrics.context import context_metrics
 from presdep.scoring import GradeReadout
 from presdep.scoring.backends import IdentityScorer
 from presdep.scoring.context_run import CONTEXT_SCORE_SCHEMA, score_contexts
-from presdep.scoring.factory import make_scorer
 from presdep.scoring.read_through import with_read_cache
 
 Q = "query alpha delta"
@@ -26,11 +24,7 @@ DOCS = ("river stone cloud", "maple tiger", "ocean lemon piano")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    path = tiny_causal_lm(tmp_path_factory.mktemp("ctx") / "model")
-    run = ScoringRun.checked({"scorer": "transformers", "chunking": "contiguous", "calibration": "none", "bsc_k": 1,
-                              "bsc_ensembles": 2, "capcal_beta": 1.0, "model": local_model(path)})
-    proto = Protocol.checked({"seed": 0, "M": 3, "B": 3, "perturbations": ["random_shuffle"], "max_doc_chars": 200})
-    return make_scorer(run, proto.prompt)
+    return tiny_transformers_scorer(tmp_path_factory.mktemp("ctx") / "model")
 
 
 def test_an_ordinary_request_is_the_ordinary_prompt(tiny):
