@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from presdep.config.records import Protocol, ScoringRun
-from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_table
 from presdep.scoring.context_run import length_error_summary, score_contexts
-from presdep.scoring.job import single_pass_scorer
+from presdep.scoring.job import require_settings, single_pass_scorer
 from presdep.scoring.read_through import ReadThrough
 
 log = logging.getLogger(__name__)
@@ -30,9 +29,7 @@ def score_contexts_file(*, candidates_path: str | os.PathLike, qrels_path: str |
                         settings: Mapping[str, Any], threads: int | None = None,
                         read_cache: str | os.PathLike | None = None) -> None:
     """Score the arms of the sampled queries; write ``context_scores`` (donor length errors in its metadata)."""
-    missing = [k for k in SETTINGS if k not in settings]
-    if missing:
-        raise InvalidInput(f"context_decomposition settings lack {missing}; got {sorted(settings)}")
+    require_settings(settings, SETTINGS, "context_decomposition")
     scorer = single_pass_scorer(run, protocol, "the context decomposition", threads=threads, read_cache=read_cache)
     qrels = read_table(qrels_path, "qrels")
     judged = {str(q): {str(d) for d in g["doc_id"]} for (q,), g in qrels.group_by("query_id")}

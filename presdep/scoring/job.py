@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from presdep.config.records import Protocol, ScoringRun, Variant
 from presdep.contracts.errors import InvalidInput
@@ -18,6 +18,13 @@ from presdep.scoring.capcal import calibrate_scores_file
 from presdep.scoring.factory import make_scorer
 from presdep.scoring.read_through import ReadThrough, with_read_cache
 from presdep.scoring.run import score_dataset
+
+
+def require_settings(settings: Mapping[str, Any], keys: Sequence[str], block: str) -> None:
+    """Refuse an appendix program's settings that lack one of ``keys`` (the rule passes them from ``block``)."""
+    missing = [k for k in keys if k not in settings]
+    if missing:
+        raise InvalidInput(f"{block} settings lack {missing}; got {sorted(settings)}")
 
 
 def single_pass_scorer(run: ScoringRun, protocol: Protocol, program: str, *, threads: int | None = None,

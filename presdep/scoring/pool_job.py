@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from presdep.config.records import Protocol, ScoringRun
-from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_table
-from presdep.scoring.job import single_pass_scorer
+from presdep.scoring.job import require_settings, single_pass_scorer
 from presdep.scoring.pool_run import score_pools
 from presdep.scoring.read_through import ReadThrough
 
@@ -27,9 +26,7 @@ def score_pools_file(*, candidates_path: str | os.PathLike, out_path: str | os.P
                      run: ScoringRun, protocol: Protocol, settings: Mapping[str, Any], threads: int | None = None,
                      read_cache: str | os.PathLike | None = None) -> None:
     """Score the canonical, replace and drop pools of the sampled queries; write ``pool_scores``."""
-    missing = [k for k in SETTINGS if k not in settings]
-    if missing:
-        raise InvalidInput(f"pool_perturbation settings lack {missing}; got {sorted(settings)}")
+    require_settings(settings, SETTINGS, "pool_perturbation")
     scorer = single_pass_scorer(run, protocol, "the pool perturbation", threads=threads, read_cache=read_cache)
     result = score_pools(read_table(candidates_path, "candidates"), scorer, b=protocol.B,
                          chunking=run.variant.chunking, seed=int(settings["seed"]),

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from presdep.config.records import Protocol, ScoringRun
-from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_table
-from presdep.scoring.job import single_pass_scorer
+from presdep.scoring.job import require_settings, single_pass_scorer
 from presdep.scoring.read_through import ReadThrough
 from presdep.scoring.render_run import score_renders
 from presdep.scoring.template import DEFAULT_TEMPLATE
@@ -29,9 +28,7 @@ def score_renders_file(*, candidates_path: str | os.PathLike, out_path: str | os
                        run: ScoringRun, protocol: Protocol, settings: Mapping[str, Any], threads: int | None = None,
                        read_cache: str | os.PathLike | None = None) -> None:
     """Score the render variants of the sampled queries; write them in the ``scores`` contract."""
-    missing = [k for k in SETTINGS if k not in settings]
-    if missing:
-        raise InvalidInput(f"render_perturbations settings lack {missing}; got {sorted(settings)}")
+    require_settings(settings, SETTINGS, "render_perturbations")
     scorer = single_pass_scorer(run, protocol, "the render perturbations", threads=threads, read_cache=read_cache)
     queries = settings["queries"]
     scores = score_renders(read_table(candidates_path, "candidates"), scorer, b=protocol.B,
