@@ -33,6 +33,25 @@ def tiny_causal_lm(out: Path, seed: int = 0) -> Path:
     return save(model.eval(), tok, out)
 
 
+def tiny_llama(smollm2_model_dir: Path, seed: int = 0):
+    """(model, tokenizer): a tiny random Llama with the real SmolLM2 tokenizer (grade tokens 32..35)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    tok = AutoTokenizer.from_pretrained(smollm2_model_dir)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight[32:36].mul_(10.0)  # grade rows wide enough that slots differ
+    return model, tok
+
+
+def saved_tiny_llama(smollm2_model_dir: Path, out: Path, seed: int = 0) -> Path:
+    """:func:`tiny_llama` saved at ``out`` (a folder a subprocess or make_transformers loads)."""
+    return save(*tiny_llama(smollm2_model_dir, seed), out)
+
+
 def tiny_seq_cls(out: Path, arch: str, seed: int = 0) -> Path:
     """A sequence classifier with one label: "bert" (a cross-encoder) or "qwen3" (a reward model, the
     Skywork-Reward-V2-Qwen3 class)."""

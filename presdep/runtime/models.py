@@ -52,6 +52,25 @@ def resolve_device(device: str = "auto"):
     return torch.device(device)
 
 
+def cpu_only_torch() -> bool:
+    """Whether the installed torch is a CPU-only build (its version's local label is ``cpu``),
+    read from the package metadata without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch").partition("+")[2] == "cpu"
+    except PackageNotFoundError:
+        return False
+
+
+def resolve_device_type(device: str | None = "auto") -> str:
+    """``resolve_device(device).type``, importing torch only where it must be asked: ``auto``
+    with a torch build that may see CUDA."""
+    if device in (None, "auto"):
+        return "cpu" if cpu_only_torch() else resolve_device(device).type
+    return str(device).partition(":")[0]
+
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -69,6 +88,21 @@ def _cpuinfo_flags(path: str = "/proc/cpuinfo") -> set[str]:
     return flags
 
 
+def _bf16_found(caps: Mapping[str, Any], flags: set[str]) -> list[str]:
+    found = [name for name, flag in (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16"))
+             if caps.get(flag) or flag in flags]
+    if "bf16" in flags:  # Arm (e.g. Neoverse V1/V2): the BF16 dot-product instructions
+        found.append("Arm BF16")
+    return found
+
+
+def cpu_bf16_from_flags() -> tuple[bool, str] | None:
+    """:func:`cpu_native_bf16`'s answer where /proc/cpuinfo alone gives it (a flag listed: torch's
+    probe can only agree); None where torch's probe must be asked."""
+    found = _bf16_found({}, _cpuinfo_flags())
+    return (True, "CPU has " + " and ".join(found)) if found else None
+
+
 def cpu_native_bf16() -> tuple[bool, str]:
     """(whether this CPU computes bfloat16 natively, why): AVX512-BF16 or AMX-BF16 on x86, BF16 on Arm.
 
@@ -84,11 +118,7 @@ def cpu_native_bf16() -> tuple[bool, str]:
             caps = dict(probe())
         except Exception:  # an old or stripped build: fall back to the flags
             caps = {}
-    flags = _cpuinfo_flags()
-    found = [name for name, flag in (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16"))
-             if caps.get(flag) or flag in flags]
-    if "bf16" in flags:  # Arm (e.g. Neoverse V1/V2): the BF16 dot-product instructions
-        found.append("Arm BF16")
+    found = _bf16_found(caps, _cpuinfo_flags())
     if found:
         return True, "CPU has " + " and ".join(found)
     return False, "CPU lacks AVX512-BF16/AMX-BF16 (bfloat16 would be emulated, slower than float32)"
@@ -110,16 +140,23 @@ def resolve_dtype_choice(dtype: str | None, device, *, inference: bool = False) 
 
     if isinstance(dtype, torch.dtype):
         return dtype, "given"
+    name, why = resolve_dtype_name(dtype, device.type, inference=inference)
+    return getattr(torch, name), why
+
+
+def resolve_dtype_name(dtype: str | None, device_type: str, *, inference: bool = False) -> tuple[str, str]:
+    """(dtype name, why): :func:`resolve_dtype_choice` by name. Only ``auto`` on a CPU whose
+    /proc/cpuinfo lists no bfloat16 instructions imports torch (its own probe is asked too)."""
     if dtype in (None, "auto"):
-        if device.type == "cuda":
-            return torch.bfloat16, "auto: CUDA"
+        if device_type == "cuda":
+            return "bfloat16", "auto: CUDA"
         if not inference:
-            return torch.float32, "auto: CPU training keeps float32"
-        native, why = cpu_native_bf16()
-        return (torch.bfloat16 if native else torch.float32), f"auto: {why}"
+            return "float32", "auto: CPU training keeps float32"
+        native, why = cpu_bf16_from_flags() or cpu_native_bf16()
+        return ("bfloat16" if native else "float32"), f"auto: {why}"
     if dtype not in DTYPES:
         raise InvalidInput(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16")
-    return getattr(torch, dtype), "forced by config"
+    return dtype, "forced by config"
 
 
 def dtype_name(dtype: Any) -> str:
@@ -184,12 +221,34 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     _save_model_dir(model, tok, out_dir)
 
 
+def check_tokenizer(directory: Path) -> None:
+    """Record beside the directory's tokenizer whether a job may read it from its files without
+    transformers (:func:`presdep.runtime.tokenizer_files.write_check`); nothing where transformers
+    cannot load it alone (remote code): jobs then load it as they always did."""
+    from presdep.runtime.tokenizer_files import write_check
+
+    if not ((directory / "tokenizer.json").is_file() and (directory / "tokenizer_config.json").is_file()):
+        return
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(directory)
+    except Exception as exc:  # noqa: BLE001 (any loading failure only means no shortcut)
+        log.info("tokenizer in %s not checked (%s: %s); jobs load it through transformers",
+                 directory.name, type(exc).__name__, exc)
+        return
+    same = write_check(directory, tok)["same_ids"]
+    log.info("tokenizer %s: %s", type(tok).__name__,
+             "reads from its files alone" if same else "loads through transformers (its backend differs from the file)")
+
+
 def _save_model_dir(model: Any, tok: Any, out_dir: Path) -> None:
     """Save model and tokenizer into a temporary sibling, then publish it as ``out_dir``."""
 
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        check_tokenizer(tmp)
 
     write_dir_atomic(out_dir, write)
 
@@ -225,6 +284,7 @@ def _snapshot_hf(spec: Mapping[str, Any], out_dir: Path) -> None:
                 "endpoint": constants.ENDPOINT,
                 "sha256": {str(p.relative_to(tmp)): sha256_file(p) for p in files}}
         (tmp / MODEL_MANIFEST).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        check_tokenizer(tmp)
 
     write_dir_atomic(out_dir, write)
 
@@ -249,7 +309,11 @@ def fetch_model(spec: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
                 raise InvalidInput(f"sha256 mismatch for {path}")
             _convert_gguf(path, out_dir)
         elif path.is_dir():
-            write_dir_atomic(out_dir, lambda tmp: shutil.copytree(path, tmp, dirs_exist_ok=True))
+            def copy(tmp: Path) -> None:
+                shutil.copytree(path, tmp, dirs_exist_ok=True)
+                check_tokenizer(tmp)
+
+            write_dir_atomic(out_dir, copy)
         else:
             raise FileNotFoundError(f"local model path {path} is neither a directory nor a .gguf file")
     else:
@@ -302,6 +366,17 @@ def load_tokenizer(spec: Mapping[str, Any] | str | os.PathLike):
     return AutoTokenizer.from_pretrained(where, **kw)
 
 
+def load_prompt_tokenizer(spec: Mapping[str, Any] | str | os.PathLike):
+    """The spec's tokenizer for building prompts: read from its files without transformers (so
+    without torch) where that gives transformers' ids (:mod:`presdep.runtime.tokenizer_files`),
+    else :func:`load_tokenizer`."""
+    from presdep.runtime.tokenizer_files import file_tokenizer
+
+    where, kw = model_location(spec)
+    tok = file_tokenizer(where) if not kw and Path(where).is_dir() else None
+    return tok if tok is not None else load_tokenizer(spec)
+
+
 def load_causal_lm(spec: Mapping[str, Any] | str | os.PathLike, *, device: str = "auto",
                    dtype: str | None = "auto", inference: bool = False):
     """The spec's causal LM alone, eval mode, on ``device``; SDPA attention (see :func:`load_model`)."""
@@ -336,9 +411,10 @@ def load_model(
 
 
 __all__ = [
-    "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "load_causal_lm", "load_tokenizer", "model_location",
+    "SMOLLM2", "fetch_model", "fetch_smollm2", "load_model", "load_causal_lm", "load_tokenizer", "load_prompt_tokenizer", "model_location",
     "model_identity",
     "describe_model",
-    "resolve_device", "resolve_dtype", "resolve_dtype_choice", "cpu_native_bf16", "dtype_name",
+    "resolve_device", "resolve_device_type", "cpu_only_torch", "resolve_dtype", "resolve_dtype_choice",
+    "resolve_dtype_name", "cpu_native_bf16", "cpu_bf16_from_flags", "dtype_name",
     "extract_gguf_from_package",
 ]

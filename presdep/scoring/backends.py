@@ -17,10 +17,10 @@ from presdep.runtime.hashing import weights_sha256
 from presdep.runtime.models import (
     describe_model,
     load_causal_lm,
-    load_tokenizer,
+    load_prompt_tokenizer,
     model_identity,
-    resolve_device,
-    resolve_dtype_choice,
+    resolve_device_type,
+    resolve_dtype_name,
 )
 from presdep.scoring.hf_load import pad_id
 from presdep.scoring.lazy_model import LazyModel
@@ -139,9 +139,10 @@ class TransformersScorer(LazyModel, PromptScorer):
         return self.readout_description()
 
     def cache_identity(self) -> dict:
-        """Everything a stored read depends on besides its token ids (the read cache's folder)."""
-        import torch
-        import transformers
+        """Everything a stored read depends on besides its token ids (the read cache's folder).
+        The library versions come from the package metadata: a job answered from the cache
+        imports neither."""
+        from importlib.metadata import version
 
         ident = self.model_identity() if callable(self.model_identity) else self.model_identity
         if ident is None:
@@ -154,10 +155,10 @@ class TransformersScorer(LazyModel, PromptScorer):
             **merged,  # a merged and an unmerged read differ in the last bits
             "template_sha256": self.template_sha256,
             "dtype": self.dtype_name,
-            "device_type": self.device.type,
+            "device_type": self.device_type,
             "grade_token_ids": list(self.grade_ids),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
+            "torch": version("torch"),
+            "transformers": version("transformers"),
         }
 
     def build(self, query: str, docs: Sequence[str]):
@@ -268,9 +269,11 @@ class TransformersScorer(LazyModel, PromptScorer):
 def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersScorer:
     spec = run.model_entry()
     opts = _runtime_options(run, spec)
-    device = resolve_device(opts.get("device"))
+    # Names, not torch objects: a job whose every read is cached never imports torch.
+    device = opts.get("device") or "auto"
+    device = resolve_device_type(device) if device == "auto" else str(device)
     # auto: bfloat16 where this CPU computes it natively, float32 elsewhere (docs/guide/speed.md).
-    dtype, reason = resolve_dtype_choice(opts.get("dtype"), device, inference=True)
+    dtype, reason = resolve_dtype_name(opts.get("dtype"), device.partition(":")[0], inference=True)
     desc = describe_model(spec)
     adapter = run.adapter
     merge = opts.get("merge_adapter")  # None: a spec the schema did not fill (merges() reads it as auto)
@@ -282,12 +285,12 @@ def make_transformers(run: ScoringRun, prompt: PromptSettings) -> TransformersSc
 
     def load() -> Any:
         if not adapter:
-            return load_causal_lm(spec, device=str(device), dtype=dtype)
-        return load_student(lambda dt: load_causal_lm(spec, device=str(device), dtype=dt), adapter,
+            return load_causal_lm(spec, device=device, dtype=dtype)
+        return load_student(lambda dt: load_causal_lm(spec, device=device, dtype=dt), adapter,
                             choice=merge, dtype=dtype)
 
     return TransformersScorer(
-        None, load_tokenizer(spec),
+        None, load_prompt_tokenizer(spec),
         model_loader=load, device=device, dtype=dtype,
         max_doc_chars=prompt.max_doc_chars,
         **({"batch_size": int(opts["batch_size"])} if "batch_size" in opts else {}),

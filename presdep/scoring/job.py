@@ -14,6 +14,7 @@ from presdep.config.records import Protocol, ScoringRun, Variant
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table
 from presdep.contracts.selection import adapter_for
+from presdep.runtime.torch_threads import limit_torch_threads
 from presdep.scoring.capcal import calibrate_scores_file
 from presdep.scoring.factory import make_scorer
 from presdep.scoring.read_through import ReadThrough, with_read_cache
@@ -34,10 +35,8 @@ def single_pass_scorer(run: ScoringRun, protocol: Protocol, program: str, *, thr
     if run.variant.calibration != "none" or run.variant.bsc_k != 1:
         raise InvalidInput(f"variant {run.name!r}: {program} reads one fixed scorer's single pass; a calibrated "
                            "or BSC row has none of its own")
-    if threads and run.variant.capabilities.local_model:
-        import torch
-
-        torch.set_num_threads(int(threads))
+    if run.variant.capabilities.local_model:
+        limit_torch_threads(threads)
     scorer = make_scorer(run, protocol.prompt)
     if read_cache is not None:
         scorer = with_read_cache(scorer, read_cache, declared=run.variant.capabilities.probabilities)
@@ -78,10 +77,8 @@ def score_dataset_files(
     read_cache: str | os.PathLike | None = None,
 ) -> dict | None:
     """Returns the job's profile (None for a capcal job); ``read_cache`` is the read cache's folder."""
-    if threads and run.variant.capabilities.local_model:  # the others never load torch (start-up)
-        import torch
-
-        torch.set_num_threads(int(threads))
+    if run.variant.capabilities.local_model:  # the others never load torch
+        limit_torch_threads(threads)
     startup_s = _seconds_since_process_start()  # interpreter, Snakemake's preamble and imports
     if run.variant.calibration == "capcal":
         if not reuse_scores_path:

@@ -39,6 +39,13 @@ class LazyModel:
         return next(self._model.parameters()).device
 
     @property
+    def device_type(self) -> str:
+        """"cpu", "cuda", ...: the loaded model's, else the device it will have (no torch import)."""
+        if self._model is None:
+            return str(self._device).partition(":")[0]
+        return self.device.type
+
+    @property
     def dtype_name(self) -> str:
         return dtype_name(self._dtype if self._model is None else next(self._model.parameters()).dtype)
 
@@ -52,7 +59,7 @@ class LazyModel:
             "template_sha256": self.template_sha256,
             "instruction": self.builder.instruction,
             "dtype": self.dtype_name,
-            "device_type": self.device.type,
+            "device_type": self.device_type,
             "grade_token_ids": list(self.grade_ids),
         }
         if self.dtype_reason:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from presdep.contracts.errors import InvalidInput
+from presdep.runtime.models import dtype_name
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,12 @@ MERGE_CHOICES = ("auto", "always", "never")
 
 
 def merges(choice: str | None, dtype: Any) -> bool:
-    """Whether a student read in ``dtype`` (a torch dtype) is merged under ``choice`` (None: the
-    first choice, for a model entry the schema did not fill)."""
-    import torch
-
+    """Whether a student read in ``dtype`` (a torch dtype or its name) is merged under ``choice``
+    (None: the first choice, for a model entry the schema did not fill)."""
     choice = MERGE_CHOICES[0] if choice is None else choice
     if choice not in MERGE_CHOICES:
         raise InvalidInput(f"merge_adapter must be one of {MERGE_CHOICES}, got {choice!r}")
-    return choice == "always" or (choice == "auto" and dtype == torch.float32)
+    return choice == "always" or (choice == "auto" and dtype_name(dtype) == "float32")
 
 
 def merged_student(base: Any, adapter_dir: str | Path, *, shared: bool) -> Any:
@@ -70,6 +69,8 @@ def load_student(load_base: Callable[[Any], Any], adapter_dir: str | Path, *, ch
     in float32 and cast to ``dtype`` where :func:`merges` says so, else the unmerged PeftModel."""
     import torch
 
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
     if not merges(choice, dtype):
         return unmerged_student(load_base(dtype), adapter_dir)
     model = merged_student(load_base(torch.float32), adapter_dir, shared=False)

@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
+from scorers_tiny import saved_tiny_llama
 
 from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.schemas import read_table
@@ -56,19 +57,7 @@ def distinct_prompts(df: pl.DataFrame) -> set[tuple[str, tuple[str, ...]]]:
 @pytest.fixture(scope="module")
 def model_dir(smollm2_model_dir, tmp_path_factory):
     """A tiny random Llama with the real SmolLM2 tokenizer (grade tokens 32..35), saved for subprocesses."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-    tok = AutoTokenizer.from_pretrained(smollm2_model_dir)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight[32:36].mul_(10.0)  # grade rows wide enough that slots differ
-    out = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return saved_tiny_llama(smollm2_model_dir, tmp_path_factory.mktemp("tiny-llama"))
 
 
 def scorer_of(model_dir, batch_size=1):

@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from scorers_tiny import saved_tiny_llama
 
 from presdep.config.records import Protocol, ScoringRun
 from presdep.contracts.schemas import read_metadata, read_table
@@ -67,19 +68,27 @@ def test_cpuinfo_parsing(tmp_path):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, smollm2_model_dir):
     """A tiny random Llama saved with the real SmolLM2 tokenizer (a directory make_transformers loads)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+    return saved_tiny_llama(smollm2_model_dir, tmp_path_factory.mktemp("tiny") / "model", seed=1)
 
-    tok = AutoTokenizer.from_pretrained(smollm2_model_dir)
-    torch.manual_seed(1)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    with torch.no_grad():
-        model.get_output_embeddings().weight[32:36].mul_(10.0)
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+
+def test_by_name_without_torch_as_with_it(monkeypatch):
+    """The names a job answered by its cache keeps (no torch import) are the torch objects' names."""
+    from presdep.runtime.models import cpu_only_torch, resolve_device, resolve_device_type, resolve_dtype_name
+
+    for flags in ({"avx2", "avx512_bf16"}, {"avx2"}):
+        monkeypatch.setattr(models, "_cpuinfo_flags", lambda path="/proc/cpuinfo", f=flags: f)
+        monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: {"avx512_bf16": False, "amx_bf16": False})
+        for device in (CPU, CUDA):
+            for dtype in (None, "auto", "float32", "bfloat16", "float16"):
+                for inference in (True, False):
+                    dt, why = resolve_dtype_choice(dtype, device, inference=inference)
+                    assert resolve_dtype_name(dtype, device.type, inference=inference) == (str(dt)[6:], why)
+    assert models.cpu_bf16_from_flags() is None  # no flag listed: torch's probe is asked
+    monkeypatch.setattr(models, "_cpuinfo_flags", lambda path="/proc/cpuinfo": {"amx_bf16"})
+    assert models.cpu_bf16_from_flags() == (True, "CPU has AMX-BF16")
+    assert cpu_only_torch() == torch.__version__.endswith("+cpu")
+    assert resolve_device_type("auto") == resolve_device("auto").type
+    assert [resolve_device_type(d) for d in ("cpu", "cuda:1", "mps")] == ["cpu", "cuda", "mps"]
 
 
 def _candidates() -> pl.DataFrame:

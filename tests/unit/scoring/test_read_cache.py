@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
+from scorers_tiny import tiny_llama
 
 from presdep.candidates.fixtures import query_subset
 from presdep.config.records import Protocol, ScoringRun
@@ -43,20 +44,6 @@ def candidates(n_queries: int, n_docs: int = 5) -> pl.DataFrame:
 @pytest.fixture(scope="module")
 def tiny(smollm2_model_dir):
     return tiny_llama(smollm2_model_dir)
-
-
-def tiny_llama(smollm2_model_dir):
-    """A tiny random Llama with the real SmolLM2 tokenizer (grade tokens 32..35)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-    tok = AutoTokenizer.from_pretrained(smollm2_model_dir)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight[32:36].mul_(10.0)  # grade rows wide enough that slots differ
-    return model, tok
 
 
 def scorer_of(tiny, batch_size=3):
