@@ -6,6 +6,7 @@ import presdep
 from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, thaw
 from presdep.config.departures import departures
 from presdep.config.load import check_config_files
+from presdep.config.light_rules import check_light_rules_ungrouped
 from presdep.config.run_names import RESERVED_RUN_NAMES
 from presdep.config.wildcards import alternatives
 from presdep.candidates.inputs import corpus_files, dataset_files, missing_files, topics_files
@@ -38,6 +39,15 @@ PRESDEP_VERSION = presdep.__version__
 # Threads of model jobs (scoring, training, the CapCal prior, the reader). Locally Snakemake
 # scales a job's threads down to --cores; on a cluster set-threads in the profile decides.
 MODEL_THREADS = CFG.model_threads
+# The light jobs (seconds of polars each). Under a cluster executor (light_rules: cluster) the
+# metrics and the t* they read are submitted together in the group small_cpu (the profile says
+# how many per sbatch: group-components); with light_rules: local (profiles/slurm-light-local)
+# they run beside Snakemake, with no submission and no queue wait. Snakemake submits a grouped
+# rule whatever localrules says, so a profile that still groups one of them is refused (onstart, in the Snakefile).
+LIGHT_RULES = ("metrics", "thresholds", "matched_reference")
+LIGHT_GROUP = "small_cpu" if CFG.light_rules == "cluster" else None
+if CFG.light_rules == "local":
+    workflow.localrules(*LIGHT_RULES)
 # Where this config's outputs go, the one prefix of every rule's results, benchmark and log
 # paths: a config with a `name` writes under results/<name>/ and logs/<name>/, so runs of
 # several configs in one checkout keep each its own Table 1; without one (the embedded

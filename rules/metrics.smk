@@ -21,6 +21,8 @@ rule metrics:
         bsc_k=lambda wc: run_record(wc).bsc_k,
         bsc_ensembles=lambda wc: run_record(wc).bsc_ensembles,
         version=PRESDEP_VERSION,
+    group:
+        LIGHT_GROUP
     conda:
         "../envs/cpu.yaml"
     log:

@@ -87,6 +87,11 @@ class WorkflowConfig:
         return self.raw["verdict_reader"]
 
     @property
+    def light_rules(self) -> str:
+        """Where metrics, thresholds and matched_reference run under a cluster executor: cluster or local."""
+        return self.raw["light_rules"]
+
+    @property
     def stability(self) -> Mapping[str, Any]:
         return self.raw["stability"]
 

@@ -144,4 +144,19 @@ def test_tiny_workflow_runs_through_slurm_and_resumes_after_scancel(local_slurm,
     last_score = max(by_rule["rule_score"], key=int)
     show = subprocess.run(["scontrol", "show", "job", last_score], capture_output=True, text=True).stdout
     assert "gres:gpu:1" in show or "gres/gpu=1" in show, show
+
+    # 4. light_rules: local (profiles/slurm-light-local, layered last): the light jobs run again
+    #    beside Snakemake and nothing more is submitted.
+    metrics_files = [work / f"results/metrics/bm25/{ds}.parquet" for ds in DATASETS]
+    before = {p: p.stat().st_mtime_ns for p in metrics_files}
+    run3 = subprocess.run(
+        ["timeout", str(RUN_TIMEOUT), str(exe), *PROFILE, "--profile", "profiles/slurm-light-local", *CONFIG,
+         "--forcerun", "metrics", "thresholds", *TARGET],
+        cwd=work, env=env, capture_output=True, text=True,
+    )
+    out3 = run3.stdout + run3.stderr
+    assert run3.returncode == 0, out3[-4000:]
+    assert out3.count("localrule metrics:") == 2 and out3.count("localrule thresholds:") == 2, out3[-4000:]
+    assert _slurm_job_ids(work) == ids, "a light job was submitted"
+    assert all(p.stat().st_mtime_ns != before[p] for p in metrics_files)
     print(f"Slurm test wall time: {time.monotonic() - started:.0f} s")
