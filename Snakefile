@@ -37,12 +37,12 @@ include: "rules/render.smk"
 include: "rules/named_run.smk"
 
 
-
 # Before any job starts (the groups of --groups and the profiles are known only now, not while
 # the rules are read): light_rules: local refuses a profile that still groups a light rule.
 onstart:
     if CFG.light_rules == "local":
         check_light_rules_ungrouped(LIGHT_RULES, workflow.group_settings.overwrite_groups)
+
 
 # Everything a run delivers (rules/common.smk, final_outputs): `make run` asks for exactly this.
 rule all:

@@ -43,7 +43,8 @@ MODEL_THREADS = CFG.model_threads
 # metrics and the t* they read are submitted together in the group small_cpu (the profile says
 # how many per sbatch: group-components); with light_rules: local (profiles/slurm-light-local)
 # they run beside Snakemake, with no submission and no queue wait. Snakemake submits a grouped
-# rule whatever localrules says, so a profile that still groups one of them is refused (onstart, in the Snakefile).
+# rule whatever localrules says, so a profile that still groups one of them is refused (the
+# Snakefile's onstart).
 LIGHT_RULES = ("metrics", "thresholds", "matched_reference")
 LIGHT_GROUP = "small_cpu" if CFG.light_rules == "cluster" else None
 if CFG.light_rules == "local":

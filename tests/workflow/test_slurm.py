@@ -106,7 +106,7 @@ def test_tiny_workflow_runs_through_slurm_and_resumes_after_scancel(local_slurm,
                          capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr[-3000:]
     # The cancelled branch's score, and both datasets' t* and metrics: they form one group job
-    # (profiles/slurm groups metrics with the t* it reads), which waited for the cancelled score.
+    # (the rules group metrics with the t* it reads, profiles/slurm sizes the group), which waited for the cancelled score.
     assert planned_jobs(dry.stdout + dry.stderr) == {"score": 1, "thresholds": 2, "metrics": 2, "table1": 1}
 
     # 2. Re-run: completes, redoing nothing that had finished.
