@@ -306,3 +306,24 @@ def test_the_paper_plans_its_one_scorer_programs(tmp_path):
     for rule in ("score_context", "context_metrics", "context_table", "score_render", "render_metrics", "render_table"):
         assert jobs.get(rule) == 1, rule
     assert jobs["score"] == 1 and jobs["thresholds"] == 1  # the row's own scores and t* (render decisions)
+
+
+def test_the_paper_plans_its_pool_and_width_programs(paper, tmp_path):
+    """The pool perturbation on ArguAna's depth-101 alias for every untrained, uncalibrated single-pass
+    reranking row; the width on the three response collections and their B = 1 aliases, every row."""
+    work = scratch_workflow(tmp_path)
+    out = snakemake(work, "-n", "--configfile", PAPER, "--", "results/pool_perturbation.md", "results/width.md",
+                    timeout=600)
+    jobs = planned_jobs(out.stdout + out.stderr)
+    runnable = {n: v for n, v in paper["variants"].items() if not v.get("skip")}
+    single_pass_rerank = [n for n, v in runnable.items() if "rerank" in v["tasks"] and not v.get("student")
+                          and v["calibration"] == "none" and v["bsc_k"] == 1]
+    assert paper["pool_perturbation"]["datasets"] == ["arguana-pool"]
+    assert jobs["score_pool"] == jobs["pool_metrics"] == len(single_pass_rerank) == 6
+    response_runs = sum(len(v["student"]["seeds"]) if v.get("student") else 1
+                        for v in runnable.values() if "response" in v["tasks"])
+    pairs = paper["width"]["pairs"]
+    assert sorted(pairs) == ["ppe-math", "ppe-mmlu-pro", "rm-bench"]
+    # Each response run scores each native collection and its alias: 21 runs x 6 datasets.
+    assert jobs["score"] == response_runs * 2 * len(pairs) == 126
+    assert jobs["pool_table"] == jobs["width"] == 1
