@@ -66,10 +66,10 @@ def paper_dry_run(tmp_path_factory):
 
 
 def _jobs(text: str) -> list[dict]:
-    """[{rule, wildcards: {...}}] from the dry run's job list."""
+    """[{rule, wildcards: {...}}] from the dry run's job list (a group job's members are indented)."""
     jobs = []
     for line in text.splitlines():
-        m = re.match(r"^(?:local)?rule (\w+):$", line)
+        m = re.match(r"^\s*(?:local)?rule (\w+):$", line)
         if m:
             jobs.append({"rule": m.group(1), "wildcards": {}})
         m = re.match(r"^\s+wildcards: (.+)$", line)
@@ -255,7 +255,7 @@ def _fetched(text: str) -> set[str]:
     """Catalogue ids whose manifest a fetch* job of this dry run writes."""
     ids, rule = set(), None
     for line in text.splitlines():
-        m = re.match(r"^(?:local)?rule (\w+):$", line)
+        m = re.match(r"^\s*(?:local)?rule (\w+):$", line)
         if m:
             rule = m.group(1)
         m = re.match(r"^\s+output: (.+)$", line)
