@@ -20,7 +20,8 @@ CORES=${CORES:-2}
 [ -f "$REPO/Snakefile" ] && [ -x "$REPO/.venv/bin/presdep" ] || { echo "rehearsal: run from the checkout after 'make env'" >&2; exit 1; }
 [ -x "$REPO/.venv-hub/bin/olah-cli" ] || { echo "rehearsal: no hub server; run 'make hub-env'" >&2; exit 1; }
 case $MODE in
-    local) SNAKEMAKE="$REPO/.venv/bin/snakemake"; PROFILE="--cores $CORES" ;;
+    # WORKER (make rehearsal passes "--executor presdep-worker"): Python jobs fork from a warm worker.
+    local) SNAKEMAKE="$REPO/.venv/bin/snakemake"; PROFILE="--cores $CORES ${WORKER:-}" ;;
     slurm) SNAKEMAKE="$REPO/.venv-slurm/bin/snakemake"
            PROFILE="--profile $REPO/profiles/slurm --profile $REPO/profiles/slurm-rehearsal"
            [ -x "$SNAKEMAKE" ] || { echo "rehearsal: no Slurm venv; run 'make cluster-env'" >&2; exit 1; } ;;

@@ -46,6 +46,20 @@ def scratch_workflow(tmp_path: Path, shared_data: Path | None = None) -> Path:
     return work
 
 
+TINY_DEFAULT = "tiny-default.yaml"
+
+
+def tiny_default_workflow(root: Path, smollm2_model_dir: Path) -> Path:
+    """A scratch workflow with tests/configs/tiny-default.yaml and the converted SmolLM2 in place."""
+    work = scratch_workflow(root)
+    (work / TINY_DEFAULT).write_text((REPO / "tests" / "configs" / TINY_DEFAULT).read_text())
+    # The model conversion is its own rule; reuse the converted directory instead of
+    # fetching the wheel again (the rule's output exists, so Snakemake keeps it).
+    (work / "resources" / "models").mkdir(parents=True)
+    (work / "resources" / "models" / "smollm2").symlink_to(smollm2_model_dir)
+    return work
+
+
 def snakemake(work: Path, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("snakemake")
     env = dict(os.environ)

@@ -1,5 +1,7 @@
-"""Fixtures of the workflow tests that need a real cluster: a local single-node Slurm and a
-venv with the Slurm executor plugin (tests/workflow/test_slurm.py, test_rehearsal.py)."""
+"""Fixtures shared by the workflow tests: one finished run of the embedded default's whole DAG at a
+tiny size (test_default_dag.py, test_worker_workflow.py), and for the tests that need a real
+cluster a local single-node Slurm and a venv with the Slurm executor plugin (test_slurm.py,
+test_rehearsal.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from workflow_utils import REPO
+from workflow_utils import REPO, TINY_DEFAULT, snakemake, tiny_default_workflow
 
 START = REPO / "cluster" / "start-local-slurm.sh"
 STOP = REPO / "cluster" / "stop-local-slurm.sh"
 STATE_DIR = Path(os.environ.get("LOCAL_SLURM_STATE_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "local-slurm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_default_run(tmp_path_factory, smollm2_model_dir) -> Path:
+    """The tiny default run to its end, every job in a fresh process (no worker)."""
+    work = tiny_default_workflow(tmp_path_factory.mktemp("tiny-default"), smollm2_model_dir)
+    snakemake(work, "--cores", "2", "--configfile", TINY_DEFAULT, timeout=1500)
+    return work
 
 
 def _recorded() -> set[str]:

@@ -4,29 +4,20 @@ import json
 
 import polars as pl
 import pytest
-from workflow_utils import REPO, planned_jobs, scratch_workflow, snakemake
+from workflow_utils import TINY_DEFAULT as TINY
+from workflow_utils import planned_jobs, snakemake, tiny_default_workflow
 
 from presdep.contracts.schemas import read_table
 
-TINY = "tiny-default.yaml"
-
 
 @pytest.mark.slow
-def test_whole_default_dag_runs_for_real(tmp_path, smollm2_model_dir):
-    work = scratch_workflow(tmp_path)
-    (work / TINY).write_text((REPO / "tests" / "configs" / TINY).read_text())
-    # The model conversion is its own rule; reuse the converted directory instead of
-    # fetching the wheel again (the rule's output exists, so Snakemake keeps it).
-    (work / "resources" / "models").mkdir(parents=True)
-    (work / "resources" / "models" / "smollm2").symlink_to(smollm2_model_dir)
-
-    dry = snakemake(work, "-n", "--cores", "2", "--configfile", TINY)
+def test_whole_default_dag_runs_for_real(tmp_path, smollm2_model_dir, tiny_default_run):
+    dry = snakemake(tiny_default_workflow(tmp_path, smollm2_model_dir), "-n", "--cores", "2", "--configfile", TINY)
     jobs = planned_jobs(dry.stdout + dry.stderr)
     assert jobs["train_student"] == 2 and jobs["select_lambda"] == 1 and jobs["silver_labels"] == 1
     assert "fetch_model" not in jobs
 
-    snakemake(work, "--cores", "2", "--configfile", TINY, timeout=1500)
-
+    work = tiny_default_run  # the same config run to its end
     table = pl.read_csv(work / "results/table1.csv")
     rows = {r["variant"]: r for r in table.iter_rows(named=True)}
     assert list(rows) == ["bm25", "off_the_shelf", "capcal", "round_robin", "bsc", "jina_reranker_v3", "oc_sft"]

@@ -1,0 +1,170 @@
+"""The tiny default run through the warm worker (``--executor presdep-worker``): the same bytes as
+fresh processes give, benchmark files that still measure the job, and a kill -9 of Snakemake that
+takes the worker and its jobs with it and resumes to the same table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from workflow_utils import TINY_DEFAULT, snakemake, tiny_default_workflow
+
+WORKER = ("--executor", "presdep-worker")
+
+
+# What differs between ANY two runs of one commit, with the worker or without (README,
+# Reproducibility): timings (benchmark files, training logs' `seconds`), a scores file's read-cache
+# counters and CapCal's digest of the scores file it reuses (both: which of two concurrent jobs
+# read a shared prompt first, hence also how the read cache's entries fall into shards).
+def _without_timings(value):
+    """A training log without its times and without its own digest (taken over those times)."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if "seconds" not in k and k != "presdep_sha256"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def _parquet(path: Path):
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata or {})
+    for digest in (b"presdep_sha256", b"presdep_meta_sha256"):  # digests over the metadata below
+        meta.pop(digest, None)
+    if b"presdep" in meta:
+        presdep = json.loads(meta[b"presdep"])
+        presdep.pop("read_cache", None)
+        presdep.get("capcal", {}).pop("reuses_sha256", None)
+        meta[b"presdep"] = presdep
+    data = table.drop_columns([c for c in table.column_names if c == "seconds"]).replace_schema_metadata(None)
+    return data.to_pylist(), meta
+
+
+def _outputs(work: Path) -> dict[str, object]:
+    """Every output (benchmarks aside) as bytes, or without its accounting where it has some."""
+    out: dict[str, object] = {}
+    for path in sorted((work / "results").rglob("*")):
+        rel = path.relative_to(work).as_posix()
+        if not path.is_file() or rel.startswith("results/benchmarks/"):
+            continue
+        data = path.read_bytes()
+        if rel.startswith(("results/scores/", "results/models/")) and path.suffix == ".parquet":
+            out[rel] = _parquet(path)
+        elif rel.startswith("results/models/") and path.suffix == ".json":
+            out[rel] = _without_timings(json.loads(data))
+        else:
+            out[rel] = data
+    return out
+
+
+def _read_cache(work: Path) -> dict[tuple[str, str], tuple]:
+    """Every entry of the read cache, by (identity folder, key), whichever shard holds it."""
+    entries = {}
+    for shard in sorted((work / "resources/read_cache").glob("*/*.parquet")):
+        for row in pq.read_table(shard).to_pylist():
+            entries.setdefault((shard.parent.name, row["key"]), tuple(sorted(row.items())))
+    return entries
+
+
+@pytest.fixture(scope="module")
+def worker_run(tmp_path_factory, smollm2_model_dir) -> tuple[Path, str]:
+    work = tiny_default_workflow(tmp_path_factory.mktemp("tiny-worker"), smollm2_model_dir)
+    proc = snakemake(work, "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER, timeout=1500)
+    return work, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_the_worker_gives_the_bytes_fresh_processes_give(worker_run, tiny_default_run):
+    work, log = worker_run
+    assert "presdep worker: started" in log and "runs in a fresh process" not in log
+    fresh, warm = _outputs(tiny_default_run), _outputs(work)
+    assert any(p.startswith("results/scores/") for p in fresh) and "results/table1.csv" in fresh
+    assert sorted(warm) == sorted(fresh)
+    assert [p for p in fresh if warm[p] != fresh[p]] == []
+    # Byte for byte: all but the scores files and training logs (tables, metrics, thresholds, ...).
+    assert all(isinstance(fresh[p], bytes) for p in fresh if p.startswith(("results/metrics/", "results/table")))
+    cache = _read_cache(tiny_default_run)
+    assert len(cache) > 0 and _read_cache(work) == cache
+
+
+@pytest.mark.slow
+def test_benchmark_files_measure_the_forked_job(worker_run, tiny_default_run):
+    work, _ = worker_run
+    rows = {}
+    for run, root in (("warm", work), ("fresh", tiny_default_run)):
+        with open(root / "results/benchmarks/score/off_the_shelf/synthetic.tsv", newline="") as f:
+            rows[run] = next(csv.DictReader(f, delimiter="\t"))
+    warm, fresh = rows["warm"], rows["fresh"]
+    # The forked job shares torch's pages with the worker, but they are resident in it: its peak RSS
+    # is a model job's, not a client's; its CPU is the job's own (at least the model's forward).
+    assert float(warm["max_rss"]) > 300 and float(fresh["max_rss"]) > 300
+    assert float(warm["cpu_time"]) > 0.5
+    # The fresh job also paid its imports; the forked one did not.
+    assert float(warm["cpu_time"]) < float(fresh["cpu_time"])
+
+
+def _worker_pids(log: Path) -> list[int]:
+    return [int(p) for p in re.findall(r"presdep worker: started \(pid (\d+)\)", log.read_text(errors="replace"))]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_kill_9_of_snakemake_takes_the_worker_and_resume_gives_the_same_table(
+        tmp_path, smollm2_model_dir, tiny_default_run):
+    work = tiny_default_workflow(tmp_path, smollm2_model_dir)
+    log = tmp_path / "killed.log"
+    exe = Path(sys.executable).with_name("snakemake")
+    env = dict(os.environ, PATH=f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(exe), "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER],
+                                cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+    # Kill while a model job runs in the worker: the first scores are written, the run is not done.
+    deadline = time.monotonic() + 900
+    jobs: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        pids = _worker_pids(log)
+        jobs = _children(pids[0]) if pids else []
+        if jobs and (work / "results/scores/off_the_shelf/synthetic.parquet").exists():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and jobs, "the run ended, or ran no job in the worker, before the kill"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    worker = _worker_pids(log)[0]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in (worker, *jobs)):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in (worker, *jobs)), "the worker or a job outlived the killed run"
+    assert not (work / "results/table1.csv").exists()
+
+    # The README's resume (make resume): unlock, then the same command again.
+    snakemake(work, "--unlock", "--configfile", TINY_DEFAULT)
+    snakemake(work, "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER, timeout=1500)
+    assert (work / "results/table1.csv").read_bytes() == (tiny_default_run / "results/table1.csv").read_bytes()
