@@ -7,13 +7,13 @@ run it reuses (``reuse_scores_path``) with per-query content-free probes.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Mapping, Sequence
 
 from presdep.config.records import Protocol, ScoringRun, Variant
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table
 from presdep.contracts.selection import adapter_for
+from presdep.runtime.process_age import process_age_s
 from presdep.runtime.torch_threads import limit_torch_threads
 from presdep.scoring.capcal import calibrate_scores_file
 from presdep.scoring.factory import make_scorer
@@ -79,7 +79,7 @@ def score_dataset_files(
     """Returns the job's profile (None for a capcal job); ``read_cache`` is the read cache's folder."""
     if run.variant.capabilities.local_model:  # the others never load torch
         limit_torch_threads(threads)
-    startup_s = _seconds_since_process_start()  # interpreter, Snakemake's preamble and imports
+    startup_s = process_age_s()  # interpreter (or fork), Snakemake's preamble and imports
     if run.variant.calibration == "capcal":
         if not reuse_scores_path:
             raise InvalidInput(f"variant with calibration capcal needs the scores it reuses (reuse_scores_of) "
@@ -98,13 +98,3 @@ def score_dataset_files(
     qrels = read_table(qrels_path, "qrels") if qrels_path else None
     return score_dataset(candidates, dataset=dataset, run=run, protocol=protocol, out_path=out_path,
                          qrels=qrels, read_cache=read_cache, startup_s=startup_s)
-
-
-def _seconds_since_process_start() -> float | None:
-    """Interpreter start-up and imports until the job's own work begins (psutil comes with Snakemake)."""
-    try:
-        import psutil
-
-        return max(0.0, time.time() - psutil.Process().create_time())
-    except Exception:  # psutil absent or the process table unreadable: the profile says "unknown"
-        return None
