@@ -1,6 +1,6 @@
-"""The tiny default run through the warm worker (``--executor presdep-worker``): the same bytes as
-fresh processes give, benchmark files that still measure the job, and a kill -9 of Snakemake that
-takes the worker and its jobs with it and resumes to the same table."""
+"""The tiny default run through the warm worker (``--executor presdep-worker``), killed with kill -9
+and resumed: the kill takes the worker and its jobs with it, the resumed run ends with the outputs
+fresh processes give, and benchmark files still measure the job."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -74,43 +75,6 @@ def _read_cache(work: Path) -> dict[tuple[str, str], tuple]:
     return entries
 
 
-@pytest.fixture(scope="module")
-def worker_run(tmp_path_factory, smollm2_model_dir) -> tuple[Path, str]:
-    work = tiny_default_workflow(tmp_path_factory.mktemp("tiny-worker"), smollm2_model_dir)
-    proc = snakemake(work, "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER, timeout=1500)
-    return work, proc.stdout + proc.stderr
-
-
-@pytest.mark.slow
-def test_the_worker_gives_the_bytes_fresh_processes_give(worker_run, tiny_default_run):
-    work, log = worker_run
-    assert "presdep worker: started" in log and "runs in a fresh process" not in log
-    fresh, warm = _outputs(tiny_default_run), _outputs(work)
-    assert any(p.startswith("results/scores/") for p in fresh) and "results/table1.csv" in fresh
-    assert sorted(warm) == sorted(fresh)
-    assert [p for p in fresh if warm[p] != fresh[p]] == []
-    # Byte for byte: all but the scores files and training logs (tables, metrics, thresholds, ...).
-    assert all(isinstance(fresh[p], bytes) for p in fresh if p.startswith(("results/metrics/", "results/table")))
-    cache = _read_cache(tiny_default_run)
-    assert len(cache) > 0 and _read_cache(work) == cache
-
-
-@pytest.mark.slow
-def test_benchmark_files_measure_the_forked_job(worker_run, tiny_default_run):
-    work, _ = worker_run
-    rows = {}
-    for run, root in (("warm", work), ("fresh", tiny_default_run)):
-        with open(root / "results/benchmarks/score/off_the_shelf/synthetic.tsv", newline="") as f:
-            rows[run] = next(csv.DictReader(f, delimiter="\t"))
-    warm, fresh = rows["warm"], rows["fresh"]
-    # The forked job shares torch's pages with the worker, but they are resident in it: its peak RSS
-    # is a model job's, not a client's; its CPU is the job's own (at least the model's forward).
-    assert float(warm["max_rss"]) > 300 and float(fresh["max_rss"]) > 300
-    assert float(warm["cpu_time"]) > 0.5
-    # The fresh job also paid its imports; the forked one did not.
-    assert float(warm["cpu_time"]) < float(fresh["cpu_time"])
-
-
 def _worker_pids(log: Path) -> list[int]:
     return [int(p) for p in re.findall(r"presdep worker: started \(pid (\d+)\)", log.read_text(errors="replace"))]
 
@@ -135,17 +99,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow
-def test_kill_9_of_snakemake_takes_the_worker_and_resume_gives_the_same_table(
-        tmp_path, smollm2_model_dir, tiny_default_run):
-    work = tiny_default_workflow(tmp_path, smollm2_model_dir)
-    log = tmp_path / "killed.log"
+@dataclass
+class KilledAndResumed:
+    work: Path
+    logs: str  # both runs'
+    jobs_at_the_kill: list[int]
+    outlived_the_kill: list[int]
+    table_before_resume: bool
+
+
+@pytest.fixture(scope="module")
+def worker_run(tmp_path_factory, smollm2_model_dir) -> KilledAndResumed:
+    """The tiny default through the worker, killed with SIGKILL while the worker runs a model job
+    (the first scores written, the run not done), then resumed as `make resume` does (unlock, the
+    same command again): one run for every test below, so the kill is part of what they check."""
+    root = tmp_path_factory.mktemp("tiny-worker")
+    work = tiny_default_workflow(root, smollm2_model_dir)
+    log = root / "killed.log"
     exe = Path(sys.executable).with_name("snakemake")
     env = dict(os.environ, PATH=f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     with open(log, "w") as out:
         proc = subprocess.Popen([str(exe), "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER],
                                 cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
-    # Kill while a model job runs in the worker: the first scores are written, the run is not done.
     deadline = time.monotonic() + 900
     jobs: list[int] = []
     while time.monotonic() < deadline and proc.poll() is None:
@@ -157,14 +132,52 @@ def test_kill_9_of_snakemake_takes_the_worker_and_resume_gives_the_same_table(
     assert proc.poll() is None and jobs, "the run ended, or ran no job in the worker, before the kill"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    worker = _worker_pids(log)[0]
+    watched = (_worker_pids(log)[0], *jobs)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(p) for p in (worker, *jobs)):
+    while time.monotonic() < deadline and any(_alive(p) for p in watched):
         time.sleep(0.05)
-    assert not any(_alive(p) for p in (worker, *jobs)), "the worker or a job outlived the killed run"
-    assert not (work / "results/table1.csv").exists()
-
-    # The README's resume (make resume): unlock, then the same command again.
+    outlived = [p for p in watched if _alive(p)]
+    table_before = (work / "results/table1.csv").exists()
     snakemake(work, "--unlock", "--configfile", TINY_DEFAULT)
-    snakemake(work, "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER, timeout=1500)
-    assert (work / "results/table1.csv").read_bytes() == (tiny_default_run / "results/table1.csv").read_bytes()
+    resumed = snakemake(work, "--cores", "2", "--configfile", TINY_DEFAULT, *WORKER, timeout=1500)
+    return KilledAndResumed(work, log.read_text(errors="replace") + resumed.stdout + resumed.stderr,
+                            list(jobs), outlived, table_before)
+
+
+@pytest.mark.slow
+def test_kill_9_of_snakemake_takes_the_worker_and_its_jobs(worker_run):
+    assert worker_run.jobs_at_the_kill and worker_run.outlived_the_kill == []
+    assert not worker_run.table_before_resume
+
+
+@pytest.mark.slow
+def test_the_worker_gives_the_bytes_fresh_processes_give(worker_run, tiny_default_run):
+    """Killed, resumed and forked from the worker: the outputs of an uninterrupted fresh-process run."""
+    work, log = worker_run.work, worker_run.logs
+    assert log.count("presdep worker: started") == 2 and "runs in a fresh process" not in log
+    fresh, warm = _outputs(tiny_default_run), _outputs(work)
+    assert any(p.startswith("results/scores/") for p in fresh) and "results/table1.csv" in fresh
+    assert sorted(warm) == sorted(fresh)
+    assert [p for p in fresh if warm[p] != fresh[p]] == []
+    # Byte for byte: all but the scores files and training logs (tables, metrics, thresholds, ...).
+    assert all(isinstance(fresh[p], bytes) for p in fresh if p.startswith(("results/metrics/", "results/table")))
+    cache = _read_cache(tiny_default_run)
+    assert len(cache) > 0 and _read_cache(work) == cache
+
+
+@pytest.mark.slow
+def test_benchmark_files_measure_the_forked_job(worker_run, tiny_default_run):
+    work = worker_run.work
+    rows = {}
+    for run, root in (("warm", work), ("fresh", tiny_default_run)):
+        with open(root / "results/benchmarks/score/off_the_shelf/synthetic.tsv", newline="") as f:
+            rows[run] = next(csv.DictReader(f, delimiter="\t"))
+    warm, fresh = rows["warm"], rows["fresh"]
+    # The forked job shares torch's pages with the worker, but they are resident in it: its peak RSS
+    # is a model job's, not a client's; its CPU is the job's own (at least the model's forward).
+    assert float(warm["max_rss"]) > 300 and float(fresh["max_rss"]) > 300
+    assert float(warm["cpu_time"]) > 0.5
+    # The fresh job also paid its imports; the forked one did not.
+    assert float(warm["cpu_time"]) < float(fresh["cpu_time"])
+
+
