@@ -13,6 +13,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from presdep.runtime.torch_threads import limit_torch_threads
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
@@ -67,10 +69,9 @@ def _become_the_job(script: str, cwd: str, env: Mapping[str, str], stdio: Sequen
 def _threads_as_a_fresh_process(env: Mapping[str, str]) -> None:
     """A fresh job reads its thread counts from the variables Snakemake sets when torch and OpenBLAS
     load; here they loaded in the worker (single-threaded), so set the counts the job would have."""
-    torch = sys.modules.get("torch")
     omp = env.get("OMP_NUM_THREADS")
-    if torch is not None and omp and omp.isdigit():
-        torch.set_num_threads(int(omp))
+    if "torch" in sys.modules and omp and omp.isdigit():
+        limit_torch_threads(int(omp))
     blas = env.get("OPENBLAS_NUM_THREADS")
     if "numpy" in sys.modules and blas and blas.isdigit() and int(blas) > 1:
         from threadpoolctl import threadpool_limits

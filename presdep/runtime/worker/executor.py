@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import nullcontext
 
 from snakemake.benchmark import benchmarked
 from snakemake.executors.local import Executor as LocalExecutor
@@ -24,7 +25,7 @@ from snakemake.script import PythonScript, get_source
 from snakemake.sourcecache import SourceCache
 
 from presdep.runtime.worker.client import JobEnd, WorkerClient, WorkerUnavailable
-from presdep.runtime.worker.protocol import JOB_VARIABLES
+from presdep.runtime.worker.protocol import THREAD_VARIABLES, TMPDIR_VARIABLES
 
 common_settings = local_settings
 
@@ -32,14 +33,10 @@ common_settings = local_settings
 def job_environment(threads: int, resources) -> dict[str, str]:
     """The environment Snakemake's shell() gives a job: this process's, with its thread counts."""
     env = dict(os.environ)
-    for name in ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                 "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
-        env[name] = str(threads)
+    env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     tmpdir = resources.get("tmpdir") if resources is not None else None
     if tmpdir:
-        for name in ("TMPDIR", "TMP", "TEMPDIR", "TEMP"):
-            env[name] = tmpdir
-    assert set(env) - set(os.environ) <= JOB_VARIABLES
+        env.update(dict.fromkeys(TMPDIR_VARIABLES, tmpdir))
     return env
 
 
@@ -53,7 +50,7 @@ class _WorkerScript(PythonScript):
         record = self.bench_record
 
         def watch(pid: int):
-            return benchmarked(pid, record) if record is not None else _nothing()
+            return benchmarked(pid, record) if record is not None else nullcontext()
 
         try:
             end = self.worker.run(os.path.abspath(fname), os.getcwd(), env, watch)
@@ -73,14 +70,6 @@ def _complete(record, end: JobEnd) -> None:
     record.io_in = record.io_in if record.io_in is not None else end.read_bytes / 2**20
     record.io_out = record.io_out if record.io_out is not None else end.write_bytes / 2**20
     record.data_collected = True
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _ScriptRule:

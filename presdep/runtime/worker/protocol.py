@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 
 # The variables Snakemake sets per job (threads, tmpdir): the only ones a job may differ in from
 # the worker's environment. Any other difference means the worker's imports may not be the job's.
-JOB_VARIABLES = frozenset({
-    "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "TMPDIR", "TMP", "TEMPDIR", "TEMP",
-})
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+TMPDIR_VARIABLES = ("TMPDIR", "TMP", "TEMPDIR", "TEMP")
+JOB_VARIABLES = frozenset(THREAD_VARIABLES + TMPDIR_VARIABLES)
 # Set for the worker alone, unless the environment sets them already: one OpenBLAS thread when numpy
 # loads (each job then sets its own count) and no jemalloc purging thread when pyarrow loads (a
 # fork keeps only the forking thread). ADDED names the ones the client set, which jobs do not have.

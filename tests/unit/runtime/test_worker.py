@@ -116,7 +116,6 @@ def test_code_changed_since_the_worker_loaded_is_refused(tmp_path):
 
 
 def test_a_thread_in_the_worker_is_a_fork_hazard():
-    assert fork_hazards() == [] or threading.active_count() > 1
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
