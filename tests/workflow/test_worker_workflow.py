@@ -174,9 +174,11 @@ def test_benchmark_files_measure_the_forked_job(worker_run, tiny_default_run):
             rows[run] = next(csv.DictReader(f, delimiter="\t"))
     warm, fresh = rows["warm"], rows["fresh"]
     # The forked job shares torch's pages with the worker, but they are resident in it: its peak RSS
-    # is a model job's, not a client's; its CPU is the job's own (at least the model's forward).
+    # is a model job's, not a client's. Its CPU is the child's own: never the 0 (or NA) of a record
+    # that saw no process; not a forward pass's worth either, since after the resume the job may be
+    # answered whole by the read cache (polars, presdep and its Parquet reads: tenths of a second).
     assert float(warm["max_rss"]) > 300 and float(fresh["max_rss"]) > 300
-    assert float(warm["cpu_time"]) > 0.5
+    assert float(warm["cpu_time"]) > 0.1
     # The fresh job also paid its imports; the forked one did not.
     assert float(warm["cpu_time"]) < float(fresh["cpu_time"])
 
