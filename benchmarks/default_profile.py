@@ -7,8 +7,10 @@ Reads an existing results tree (run it from the workflow's directory, or pass --
 - ``logs/score/**.log``: the ``profile {json}`` line each score job logs (prompts asked and
   read by the model, prompts another concurrent job read while this one waited, tokens,
   tokens per second, start-up / model load / forward seconds);
-- ``results/scores/**.parquet`` and ``results/answers/**.parquet`` metadata: the read cache's
-  and the answer cache's hits and misses, summed into the run's hit rates.
+- the read cache's hits and misses (``cache_hits`` / ``cache_misses`` of those profile lines)
+  and the answer cache's (the ``answer cache {json}`` line of each ``logs/read_answers`` and
+  ``logs/read_verdicts`` log), summed into the run's hit rates. (The outputs themselves carry
+  no counters: they depend on what earlier and concurrent jobs read.)
 
     python benchmarks/default_profile.py [--root DIR] [--json OUT]
 """
@@ -21,6 +23,8 @@ import json
 import math
 import sys
 from pathlib import Path
+
+from presdep.scoring.frozen_reader import ANSWER_CACHE_MARK
 
 PROFILE_MARK = "profile "
 
@@ -56,39 +60,37 @@ def rule_times(bench_dir: Path) -> dict[str, dict]:
     return out
 
 
-def score_profiles(log_dir: Path) -> list[dict]:
-    """The last ``profile`` line of every score job log (one per finished job)."""
+def _last_json_lines(log_dir: Path, mark: str) -> list[dict]:
+    """The last ``<mark>{json}`` line of every log under ``log_dir`` that has one, with its job."""
     out = []
     for log in sorted(log_dir.rglob("*.log")):
         last = None
         for line in log.read_text(errors="replace").splitlines():
-            at = line.find(PROFILE_MARK + "{")
+            at = line.find(mark + "{")
             if at >= 0:
-                last = line[at + len(PROFILE_MARK):]
+                last = line[at + len(mark):]
         if last is None:
             continue
         try:
-            prof = json.loads(last)
+            rec = json.loads(last)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{log}: unreadable profile line ({exc})") from None
-        prof["job"] = str(log.relative_to(log_dir).with_suffix(""))
-        out.append(prof)
+            raise ValueError(f"{log}: unreadable {mark.strip()} line ({exc})") from None
+        rec["job"] = str(log.relative_to(log_dir).with_suffix(""))
+        out.append(rec)
     return out
 
 
-def cache_counts(results_dir: Path, kind: str) -> dict:
-    """Hits and misses of a cache over every file that used it: the read cache of the
-    scores files (``kind="scores"``), the answer cache of the answers files (``"answers"``)."""
-    from presdep.contracts.schemas import read_metadata
+def score_profiles(log_dir: Path) -> list[dict]:
+    """The last ``profile`` line of every score job log (one per finished job)."""
+    return _last_json_lines(log_dir, PROFILE_MARK)
 
-    hits = misses = files = 0
-    for path in sorted((results_dir / kind).rglob("*.parquet")):
-        meta = read_metadata(path)
-        rc = meta.get("read_cache") if kind == "scores" else (meta.get("facts") or {}).get("answer_cache")
-        if rc:
-            hits, misses, files = hits + int(rc["hits"]), misses + int(rc["misses"]), files + 1
+
+def cache_counts(records: list[dict], hits_key: str, misses_key: str) -> dict:
+    """Hits and misses of a cache summed over the jobs whose log records them."""
+    used = [r for r in records if r.get(hits_key) is not None]
+    hits, misses = sum(int(r[hits_key]) for r in used), sum(int(r[misses_key]) for r in used)
     total = hits + misses
-    return {"files": files, "hits": hits, "misses": misses, "hit_rate": hits / total if total else None}
+    return {"jobs": len(used), "hits": hits, "misses": misses, "hit_rate": hits / total if total else None}
 
 
 def _sum(rows: list[dict], key: str) -> float | None:
@@ -103,7 +105,8 @@ def _fmt(x, spec: str = ".1f") -> str:
 def report(root: Path) -> dict:
     rules = rule_times(root / "results" / "benchmarks")
     jobs = score_profiles(root / "logs" / "score")
-    cache = cache_counts(root / "results", "scores")
+    answers = [r for kind in ("read_answers", "read_verdicts")
+               for r in _last_json_lines(root / "logs" / kind, ANSWER_CACHE_MARK)]
     model_jobs = [j for j in jobs if j.get("prompts")]
     forward, tokens = _sum(model_jobs, "forward_s"), _sum(model_jobs, "tokens_read")
     scoring = {
@@ -115,7 +118,8 @@ def report(root: Path) -> dict:
         "per_job": jobs,
     }
     return {"rules": rules, "total_wall_s": sum(r["wall_s"] for r in rules.values()), "scoring": scoring,
-            "read_cache": cache, "answer_cache": cache_counts(root / "results", "answers")}
+            "read_cache": cache_counts(jobs, "cache_hits", "cache_misses"),
+            "answer_cache": cache_counts(answers, "hits", "misses")}
 
 
 def render(rep: dict) -> str:
@@ -136,10 +140,10 @@ def render(rep: dict) -> str:
                  f"{_fmt(s['waited_for_other_job'], '.0f')} | {_fmt(s['tokens_read'], '.0f')} | "
                  f"{_fmt(s['tokens_per_s'], '.0f')} | {_fmt(s['startup_s'])} | {_fmt(s['model_load_s'])} | {_fmt(s['forward_s'])} |")
     lines.append("")
-    for key, files in (("read_cache", "scores"), ("answer_cache", "answers")):
+    for key, jobs in (("read_cache", "score"), ("answer_cache", "reading")):
         c = rep[key]
         rate = "-" if c["hit_rate"] is None else f"{100 * c['hit_rate']:.1f}%"
-        lines.append(f"{key.replace('_', ' ')}: {c['hits']} hits, {c['misses']} misses over {c['files']} {files} files "
+        lines.append(f"{key.replace('_', ' ')}: {c['hits']} hits, {c['misses']} misses over {c['jobs']} {jobs} jobs "
                      f"(hit rate {rate})")
     return "\n".join(lines)
 

@@ -9,9 +9,18 @@ Storage: ``<root>/<identity key>/identity.json`` and Parquet shards. A shard is 
 to a temporary sibling and renamed into place, and its name is the hash of its identity and
 the keys it holds, so two processes writing the same entries leave one file, a reader never
 sees a torn shard, and a shard copied in from another identity's folder does not replace
-this identity's own shard of the same keys. Several shards may hold one key (two jobs
-computed the same input at once): readers keep the first by shard name, every copy being a
-complete value.
+this identity's own shard of the same keys. Several shards may hold one key: readers keep
+the first by shard name, every copy being a complete value.
+
+Layout: while a job runs, each flush writes a *part* (``part-<hash>.parquet``), so that
+concurrent jobs and a killed job's next run find its reads at once. At its end the job
+writes its *job shard* (:meth:`ShardStore.write_job_shard`): every entry it used, whether
+it computed it, found it stored or waited for another job's, and removes the parts that
+shard covers. Which job computed a shared entry depends on timing; which entries a job
+uses does not, so a finished run leaves the same shard files whatever the order its jobs
+ran in, how many ran at once, or whether one was killed and resumed (a resumed job counts
+the entries of the work it had finished through the journal its resume folder keeps:
+:meth:`ShardStore.keep_journal`).
 
 Integrity: the cache is shared by every later run, so a value read back is served only
 when it provably is the value written, under this identity. Every entry carries a
@@ -54,6 +63,8 @@ QUARANTINE_DIR = "quarantine"  # under the identity folder: shards found corrupt
 CHECKSUM_COLUMN = "sha256"
 CHECKSUM_TYPE = pa.binary(32)
 IDENTITY_META = b"presdep_cache_identity"  # a shard's key-value metadata: the identity key it was written under
+PART_PREFIX = "part-"  # a shard a running job flushed; its job shard replaces it (module docstring)
+JOURNAL_PREFIX = "cache-keys-"  # in a job's resume folder: the keys its finished work used
 
 
 def identity_key(identity: Mapping[str, Any], format_version: int) -> str:
@@ -81,9 +92,11 @@ def entry_checksum(identity: str, key: str, canonical: bytes) -> bytes:
     return h.digest()
 
 
-def shard_name(identity: str, keys: Sequence[str]) -> str:
-    """A shard's file name: the hash of its identity key and its (sorted) keys."""
-    return hashlib.sha256("\n".join([identity, *sorted(keys)]).encode("utf-8")).hexdigest()[:40] + ".parquet"
+def shard_name(identity: str, keys: Sequence[str], *, part: bool = False) -> str:
+    """A shard's file name: the hash of its identity key and its (sorted) keys; a part's
+    name has :data:`PART_PREFIX` before it."""
+    digest = hashlib.sha256("\n".join([identity, *sorted(keys)]).encode("utf-8")).hexdigest()[:40]
+    return (PART_PREFIX if part else "") + digest + ".parquet"
 
 
 class ShardStore:
@@ -115,7 +128,10 @@ class ShardStore:
         self._entries: dict[str, Any] = {}
         self._seen: set[str] = set()
         self._pending: dict[str, Any] = {}
-        self._written: list[Path] = []
+        self._parts: dict[str, frozenset[str]] = {}  # part shard name -> its keys (loaded or written here)
+        self._used: dict[str, None] = {}  # keys whose values this job used, in first-use order
+        self._journal: Path | None = None  # where checkpoint() records them (keep_journal)
+        self._journaled = 0  # how many of _used the journal holds
         self.hits = 0
         self.misses = 0
         self.quarantined_shards = 0
@@ -166,6 +182,8 @@ class ShardStore:
             if loaded is None:
                 continue
             self._seen.add(path.name)
+            if path.name.startswith(PART_PREFIX):
+                self._parts[path.name] = frozenset(loaded)
             for k, value in loaded.items():
                 if k not in self._entries:
                     self._entries[k] = value
@@ -233,7 +251,7 @@ class ShardStore:
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
             return {}, f"{len(bad)} of {len(keys)} entries refused; {bad[0]}{more}"
-        if shard_name(self.key, list(entries)) != name:
+        if shard_name(self.key, list(entries), part=name.startswith(PART_PREFIX)) != name:
             return {}, "its name is not the hash of its identity and keys (a row lost or added)"
         return entries, None
 
@@ -295,31 +313,37 @@ class ShardStore:
         return found
 
     def get(self, key: str) -> Any | None:
+        """The value stored (or put) under ``key``, a copy, or None; a value returned counts as
+        used by this job (its job shard holds it)."""
         hit = self._entries.get(key)
         if hit is None:
             hit = self._pending.get(key)
-        return None if hit is None else self._copy(hit)
+        if hit is None:
+            return None
+        self._used[key] = None
+        return self._copy(hit)
 
     def put(self, key: str, value: Any) -> None:
         value = self._check(value)
+        self._used[key] = None
         if key not in self._entries:
             self._pending[key] = value
 
     def flush(self) -> Path | None:
-        """Write the pending entries as one shard (atomically); entries another job wrote
-        meanwhile are left out. Returns the shard's path, or None when nothing was new."""
+        """Write the pending entries as one part (atomically); entries another job wrote
+        meanwhile are left out. Returns the part's path, or None when nothing was new."""
         self.refresh()
         todo = {k: v for k, v in self._pending.items() if k not in self._entries}
         self._pending.clear()
         if not todo:
             return None
-        path = self._write_shard(todo)
+        path = self._write_shard(todo, part=True)
         self._entries.update(todo)
         self._seen.add(path.name)
-        self._written.append(path)
+        self._parts[path.name] = frozenset(todo)
         return path
 
-    def _write_shard(self, entries: Mapping[str, Any]) -> Path:
+    def _write_shard(self, entries: Mapping[str, Any], *, part: bool = False) -> Path:
         """Write ``entries`` as it stands (no ``_check``: callers pass checked values) with a
         checksum per entry and Parquet page checksums."""
         keys = sorted(entries)
@@ -327,34 +351,54 @@ class ShardStore:
         table = pa.table({"key": pa.array(keys, pa.string()), **self._encode(keys, entries),
                           CHECKSUM_COLUMN: pa.array(digests, CHECKSUM_TYPE)}, schema=self.SCHEMA)
         table = table.replace_schema_metadata({IDENTITY_META: self.key.encode("ascii")})
-        return atomic_write(self.dir / shard_name(self.key, keys),
+        return atomic_write(self.dir / shard_name(self.key, keys, part=part),
                             lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
-    def compact_written(self) -> Path | None:
-        """Merge the shards this object wrote into one (written first, then the parts
-        removed), so a job leaves one shard however often it flushed. A part found corrupt
-        is quarantined and left out."""
-        if len(self._written) < 2:
+    def write_job_shard(self) -> Path | None:
+        """The job's end: one shard of every entry this job used (module docstring, Layout),
+        then every part it covers removed (its own flushes, a killed run's of the same job,
+        another job's whose entries it also used: their values are in this shard). Returns the
+        shard's path, or None when the job used no entry. A shard of the same name that this
+        object read whole already holds exactly these entries and is kept as it is."""
+        self.flush()
+        entries = {k: self._entries[k] for k in self._used if k in self._entries}
+        if len(entries) < len(self._used):  # its shard was quarantined after this job read it
+            log.warning("%s: %d of the %d entries this job used are no longer stored; its shard under %s "
+                        "leaves them out", self.KIND, len(self._used) - len(entries), len(self._used), self.dir)
+        if not entries:
             return None
-        merged: dict[str, Any] = {}
-        parts = []
-        for path in self._written:
-            loaded = self._load(path)
-            if loaded is None:
-                continue
-            parts.append(path)
-            for k, value in loaded.items():
-                merged.setdefault(k, value)
-        if not merged:
-            self._written = []
-            return None
-        out = self._write_shard(merged)
-        for path in parts:
-            if path != out:
-                path.unlink(missing_ok=True)
-        self._seen.add(out.name)
-        self._written = [out]
-        return out
+        path = self.dir / shard_name(self.key, list(entries))
+        if path.name not in self._seen or not path.exists():
+            path = self._write_shard(entries)
+            self._seen.add(path.name)
+        for name, keys in list(self._parts.items()):
+            if keys <= entries.keys():
+                (self.dir / name).unlink(missing_ok=True)
+                del self._parts[name]
+        return path
+
+    # -- the journal of a resumable job ----------------------------------------------------
+    def keep_journal(self, folder: str | os.PathLike) -> int:
+        """Record the keys this job uses in ``folder`` (its resume folder) at each
+        :meth:`checkpoint`, and count those recorded there by a killed run of the same job as
+        used: the work it finished is not read again, yet its entries belong in the job
+        shard. Returns how many keys the journal held."""
+        self._journal = Path(folder)
+        before = len(self._used)
+        for path in sorted(self._journal.glob(JOURNAL_PREFIX + "*.txt")):
+            self._used.update(dict.fromkeys(path.read_text(encoding="ascii").split()))
+        self._journaled = len(self._used)
+        return self._journaled - before
+
+    def checkpoint(self) -> None:
+        """Journal the keys used since the last checkpoint (one file, atomically), before the
+        caller records the work they served as done."""
+        if self._journal is None or self._journaled == len(self._used):
+            return
+        keys = list(self._used)[self._journaled:]
+        index = len(list(self._journal.glob(JOURNAL_PREFIX + "*.txt")))
+        write_text_atomic(self._journal / f"{JOURNAL_PREFIX}{index:06d}.txt", "\n".join(keys) + "\n")
+        self._journaled = len(self._used)
 
     def stats(self) -> dict:
         total = self.hits + self.misses
@@ -368,5 +412,5 @@ def _short(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["CHECKSUM_COLUMN", "CHECKSUM_TYPE", "IDENTITY_FILE", "IDENTITY_META", "QUARANTINE_DIR", "ShardStore",
-           "entry_checksum", "identity_key", "shard_name", "shard_schema"]
+__all__ = ["CHECKSUM_COLUMN", "CHECKSUM_TYPE", "IDENTITY_FILE", "IDENTITY_META", "JOURNAL_PREFIX", "PART_PREFIX",
+           "QUARANTINE_DIR", "ShardStore", "entry_checksum", "identity_key", "shard_name", "shard_schema"]

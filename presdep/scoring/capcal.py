@@ -136,12 +136,14 @@ def calibrate_scores(
     beta: float = 1.0,
     eps: float = EPS,
     done_dir: str | os.PathLike | None = None,
+    cache: Any = None,
 ) -> tuple[pl.DataFrame, dict[str, dict[int, list]]]:
     """CapCal over stored single-pass probabilities: (calibrated rows, priors per query).
 
     The only model work is the content-free probes, one prompt per (query, prompt
     size); the documents are never read again. With ``done_dir`` each query's prior is
-    flushed there (JSON, atomically) and reused by a resumed run.
+    flushed there (JSON, atomically) and reused by a resumed run; ``cache`` (the probes'
+    read cache, journaling into ``done_dir``) records the reads behind it first.
     """
     need = ("query_id", "perturbation", "presentation", "prompt", "slot", "p0", "p1", "p2", "p3")
     missing = [c for c in need if c not in source.columns]
@@ -166,6 +168,8 @@ def calibrate_scores(
         todo = [b for b in sizes if b not in known]
         if todo:
             known.update(zip(todo, probe_probs(scorer, content_free_prompts(text, todo))))
+            if cache is not None:
+                cache.checkpoint()
             if path is not None:
                 write_text_atomic(path, json.dumps({str(b): q.tolist() for b, q in known.items()}))
         got = {b: known[b] for b in sizes}
@@ -183,12 +187,14 @@ def calibrate_scores_file(
     run: ScoringRun,
     protocol: Protocol,
     scorer: Any = None,
+    cache: Any = None,
 ) -> Path:
     """The capcal variant's scoring job: reuse ``source_path``'s probabilities, probe, calibrate.
 
     Output rows are the source's rows (same presentations, positions, prompts, slots)
     with p0..p3 = the calibrated distribution p' and score = E[g] under p'; the raw
-    probabilities stay in the reused file, named with its sha256 in the metadata.
+    probabilities stay in the reused file, named with its sha256 in the metadata. ``cache``:
+    the read cache ``scorer`` reads through (its journal lives in the resume folder).
     """
     v = run.variant
     if v.calibration != "capcal" or v.bsc_k != 1:
@@ -208,8 +214,10 @@ def calibrate_scores_file(
                               "beta": beta, "eps": EPS, "queries": sha256_file(candidates_path)},
                              sort_keys=True, default=str)
     done = resume_dir(partial_dir(out_path), fingerprint)
+    if cache is not None:  # the probes a killed run made belong in this job's shard
+        cache.keep_journal(done)
     queries = dict(cand.select("query_id", "query").unique("query_id").iter_rows())
-    calibrated, priors = calibrate_scores(source, queries, scorer, beta=beta, done_dir=done)
+    calibrated, priors = calibrate_scores(source, queries, scorer, beta=beta, done_dir=done, cache=cache)
     path = write_table(
         calibrated.sort("perturbation", "presentation", "query_id", "position"), out_path, "scores",
         params={"variant": run.as_dict(), "protocol": protocol.as_dict()},

@@ -39,7 +39,7 @@ def score_contexts_file(*, candidates_path: str | os.PathLike, qrels_path: str |
                             queries=int(settings["queries"]), query_sample_seed=int(settings["query_sample_seed"]),
                             max_doc_chars=protocol.max_doc_chars, progress=True)
     if isinstance(scorer, ReadThrough):
-        scorer.cache.compact_written()
+        scorer.cache.write_job_shard()
     queries = result.scores["query_id"].n_unique()
     donors = length_error_summary(result.length_errors)
     log.info("%s: context decomposition of %d queries; donors' length error mean %s, exact share %s", dataset,

@@ -267,12 +267,20 @@ def job_reader(cfg: Mapping[str, Any], model_dir: str | os.PathLike, max_doc_cha
     return reader, resume_dir(partial_dir(out_path), fingerprint)
 
 
+# How a reading job's log names its answer cache's counters (benchmarks/default_profile.py reads it).
+ANSWER_CACHE_MARK = "answer cache "
+
+
 def finish_job_reader(reader: FrozenReader) -> dict:
-    """The answer cache's facts, its shards compacted to one per job (none without a cache)."""
+    """The answer cache's identity for the answers file's facts, after the job's shard is
+    written (none without a cache). Its hits and misses depend on what earlier and concurrent
+    jobs answered, so they go to the log (one ``answer cache {json}`` line), not the file."""
     if reader.answer_cache is None:
         return {}
-    reader.answer_cache.compact_written()  # one shard per job, however many batches it flushed
-    return {"answer_cache": reader.answer_cache.stats()}
+    reader.answer_cache.write_job_shard()  # one shard per job: every answer it used
+    stats = reader.answer_cache.stats()
+    log.info("%s%s", ANSWER_CACHE_MARK, json.dumps(stats, sort_keys=True))
+    return {"answer_cache": {"dir": stats["dir"], "identity_key": stats["identity_key"]}}
 
 
 def files_identity(model_dir: str | os.PathLike) -> list[tuple[str, int, int]]:
@@ -281,4 +289,5 @@ def files_identity(model_dir: str | os.PathLike) -> list[tuple[str, int, int]]:
     return sorted((str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns) for f in root.rglob("*") if f.is_file())
 
 
-__all__ = ["QA_PROMPT", "FrozenReader", "ReaderPrompt", "files_identity", "finish_job_reader", "job_reader"]
+__all__ = ["ANSWER_CACHE_MARK", "QA_PROMPT", "FrozenReader", "ReaderPrompt", "files_identity", "finish_job_reader",
+           "job_reader"]

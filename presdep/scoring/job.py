@@ -89,10 +89,11 @@ def score_dataset_files(
             # The probes go through the read cache too: a re-run reads none of them again.
             scorer = with_read_cache(make_scorer(run, protocol.prompt), read_cache,
                                      declared=run.variant.capabilities.probabilities)
+        cache = scorer.cache if isinstance(scorer, ReadThrough) else None
         calibrate_scores_file(source_path=reuse_scores_path, candidates_path=candidates_path, out_path=out_path,
-                              dataset=dataset, run=run, protocol=protocol, scorer=scorer)
-        if isinstance(scorer, ReadThrough):
-            scorer.cache.compact_written()
+                              dataset=dataset, run=run, protocol=protocol, scorer=scorer, cache=cache)
+        if cache is not None:
+            cache.write_job_shard()
         return None
     candidates = read_table(candidates_path, "candidates")
     qrels = read_table(qrels_path, "qrels") if qrels_path else None

@@ -33,7 +33,7 @@ def score_pools_file(*, candidates_path: str | os.PathLike, out_path: str | os.P
                          query_sample_seed=int(settings["query_sample_seed"]), queries=int(settings["queries"]),
                          pool=int(settings["pool"]), max_doc_chars=protocol.max_doc_chars, progress=True)
     if isinstance(scorer, ReadThrough):
-        scorer.cache.compact_written()
+        scorer.cache.write_job_shard()
     queries = result.scores["query_id"].n_unique()
     log.info("%s: pool perturbation of %d queries (%d with too few candidates skipped)", dataset, queries,
              result.skipped)

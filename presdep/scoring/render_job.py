@@ -38,7 +38,7 @@ def score_renders_file(*, candidates_path: str | os.PathLike, out_path: str | os
                            rubric=protocol.prompt.rubric or DEFAULT_TEMPLATE, max_doc_chars=protocol.max_doc_chars,
                            progress=True)
     if isinstance(scorer, ReadThrough):
-        scorer.cache.compact_written()
+        scorer.cache.write_job_shard()
     n = scores["query_id"].n_unique()
     log.info("%s: render perturbations %s of %d queries", dataset, list(settings["kinds"]), n)
     write_table(scores, out_path, "scores",

@@ -113,8 +113,9 @@ def score_dataset(
 
     Writes the ``scores`` contract to ``out_path`` (atomically), resuming from
     ``<out_path>.partial/`` when a previous run with the same inputs was killed.
-    ``read_cache``: the read cache's folder, used by scorers that support it (hits and
-    misses go into the metadata). Returns the job's profile (also logged as one
+    ``read_cache``: the read cache's folder, used by scorers that support it (the metadata
+    names its identity; its hits and misses, which depend on what earlier and concurrent
+    jobs read, go into the profile). Returns the job's profile (also logged as one
     ``profile {json}`` line): prompts, tokens, seconds in start-up, model load, forward passes.
     """
     t_start = time.perf_counter()
@@ -140,13 +141,14 @@ def score_dataset(
     skipped = _queries_without_injection(candidates, qrels, grades_by_q, protocol, dataset, len(qids))
     fingerprint = _fingerprint(candidates, qrels, dataset, run, protocol, scorer)
     partial = resume_dir(partial_dir(out_path), json.dumps(fingerprint, sort_keys=True, default=str))
+    if cache is not None:  # the reads of queries a killed run finished belong in this job's shard
+        cache.keep_journal(partial)
     shuffled = shuffled_queries(qids, protocol, dataset)
     done = _score_missing_queries(candidates, qids, grades_by_q, partial, dataset, run.variant, protocol, scorer,
-                                  shuffled)
+                                  shuffled, cache)
     if cache is not None:
-        cache.compact_written()
-    _write_scores(qids, partial, out_path, dataset, run, protocol, scorer, fingerprint, skipped, cache, len(done),
-                  shuffled)
+        cache.write_job_shard()
+    _write_scores(qids, partial, out_path, dataset, run, protocol, scorer, fingerprint, skipped, cache, shuffled)
     shutil.rmtree(partial)
     profile = _profile(scorer, cache, dataset=dataset, queries=len(qids), resumed=len(done), startup_s=startup_s,
                        load_s=load_s, total_s=time.perf_counter() - t_start)
@@ -258,7 +260,7 @@ def _read_window(window: Sequence[QueryPlan], scorer: Any) -> list[list[Any]]:
 
 def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades_by_q: Mapping[str, Mapping[str, int]],
                            partial: Path, dataset: str, v: Variant, p: Protocol, scorer: Any,
-                           shuffled: frozenset[str]) -> set[str]:
+                           shuffled: frozenset[str], cache: Any = None) -> set[str]:
     """Score every query not yet in the resume folder, one atomic file per query; returns the ones found done.
 
     A scorer that cuts its own batches reads consecutive queries' prompts in one call
@@ -287,6 +289,8 @@ def _score_missing_queries(candidates: pl.DataFrame, qids: Sequence[str], grades
                 for plan, readouts in zip(window, _read_window(window, scorer)):
                     qid = plan.qid
                     df = finish_query(plan, readouts, p, scorer, qid in shuffled)
+                    if cache is not None:  # journaled before the query counts as done
+                        cache.checkpoint()
                     if hasattr(scorer, "take_stats"):  # per-query counts (e.g. parse failures) survive a resume
                         stats = json.dumps(scorer.take_stats(), sort_keys=True)
                         write_text_atomic(partial / (_partial_name(qid) + ".stats.json"), stats)
@@ -307,7 +311,7 @@ def _query_prompts(plan: QueryPlan, p: Protocol, scorer: Any, shuffled: bool) ->
 
 
 def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: str, run: ScoringRun, p: Protocol,
-                  scorer: Any, fingerprint: Mapping[str, Any], skipped: list[str], cache: Any, resumed: int,
+                  scorer: Any, fingerprint: Mapping[str, Any], skipped: list[str], cache: Any,
                   shuffled: frozenset[str]) -> None:
     """The scores contract from the per-query files, with the run's provenance in its metadata."""
     v = run.variant
@@ -347,7 +351,9 @@ def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: s
         scorer_stats=scorer_stats or None,
         batch_noise={"rereads": p.noise_rereads, "measured": noise,
                      "batch_size": getattr(scorer, "batch_size", None)} if p.noise_rereads else None,
-        **({"read_cache": {**cache.stats(), "queries_resumed": resumed}} if cache is not None else {}),
+        # Which identity's entries the scores are; not the counters (the profile has those), so the
+        # file depends on its inputs alone, not on what earlier or concurrent jobs read.
+        **({"read_cache": {"dir": str(cache.root), "identity_key": cache.key}} if cache is not None else {}),
     )
 
 
@@ -370,7 +376,10 @@ def _profile(scorer: Any, cache: Any, *, dataset: str, queries: int, resumed: in
         "model_loaded": getattr(scorer, "model_loaded", None),
     }
     if cache is not None:
-        out.update(cache_hits=cache.hits, cache_misses=cache.misses, cache_hit_rate=cache.stats()["hit_rate"],
+        stats = cache.stats()
+        out.update(cache_hits=cache.hits, cache_misses=cache.misses, cache_hit_rate=stats["hit_rate"],
+                   cache_quarantined_shards=stats["quarantined_shards"],
+                   cache_quarantined_entries=stats["quarantined_entries"],
                    claims_taken_over=getattr(cache, "claims_taken_over", None))
     return out
 

@@ -23,9 +23,9 @@ WORKER = ("--executor", "presdep-worker")
 
 
 # What differs between ANY two runs of one commit, with the worker or without (README,
-# Reproducibility): timings (benchmark files, training logs' `seconds`), a scores file's read-cache
-# counters and CapCal's digest of the scores file it reuses (both: which of two concurrent jobs
-# read a shared prompt first, hence also how the read cache's entries fall into shards).
+# Reproducibility): timings alone (benchmark files; the training logs' `seconds` and the digests
+# taken over them). Scores carry no read-cache counters, and the read cache's files do not depend
+# on which of two concurrent jobs read a shared prompt first (one job shard per job).
 def _without_timings(value):
     """A training log without its times and without its own digest (taken over those times)."""
     if isinstance(value, dict):
@@ -35,30 +35,25 @@ def _without_timings(value):
     return value
 
 
-def _parquet(path: Path):
+def _training_log(path: Path):
     table = pq.read_table(path)
     meta = dict(table.schema.metadata or {})
-    for digest in (b"presdep_sha256", b"presdep_meta_sha256"):  # digests over the metadata below
+    for digest in (b"presdep_sha256", b"presdep_meta_sha256"):  # digests over the timings
         meta.pop(digest, None)
-    if b"presdep" in meta:
-        presdep = json.loads(meta[b"presdep"])
-        presdep.pop("read_cache", None)
-        presdep.get("capcal", {}).pop("reuses_sha256", None)
-        meta[b"presdep"] = presdep
     data = table.drop_columns([c for c in table.column_names if c == "seconds"]).replace_schema_metadata(None)
     return data.to_pylist(), meta
 
 
 def _outputs(work: Path) -> dict[str, object]:
-    """Every output (benchmarks aside) as bytes, or without its accounting where it has some."""
+    """Every output (benchmarks aside) as bytes; the training runs' logs without their timings."""
     out: dict[str, object] = {}
     for path in sorted((work / "results").rglob("*")):
         rel = path.relative_to(work).as_posix()
         if not path.is_file() or rel.startswith("results/benchmarks/"):
             continue
         data = path.read_bytes()
-        if rel.startswith(("results/scores/", "results/models/")) and path.suffix == ".parquet":
-            out[rel] = _parquet(path)
+        if rel.startswith("results/models/") and path.suffix == ".parquet":
+            out[rel] = _training_log(path)
         elif rel.startswith("results/models/") and path.suffix == ".json":
             out[rel] = _without_timings(json.loads(data))
         else:
@@ -66,13 +61,11 @@ def _outputs(work: Path) -> dict[str, object]:
     return out
 
 
-def _read_cache(work: Path) -> dict[tuple[str, str], tuple]:
-    """Every entry of the read cache, by (identity folder, key), whichever shard holds it."""
-    entries = {}
-    for shard in sorted((work / "resources/read_cache").glob("*/*.parquet")):
-        for row in pq.read_table(shard).to_pylist():
-            entries.setdefault((shard.parent.name, row["key"]), tuple(sorted(row.items())))
-    return entries
+def _read_cache(work: Path) -> dict[str, bytes]:
+    """The read cache's identity files and shards (claims aside: a killed job's may be left), by path."""
+    root = work / "resources/read_cache"
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and (p.suffix == ".parquet" or p.name == "identity.json")}
 
 
 def _worker_pids(log: Path) -> list[int]:
@@ -159,10 +152,15 @@ def test_the_worker_gives_the_bytes_fresh_processes_give(worker_run, tiny_defaul
     assert any(p.startswith("results/scores/") for p in fresh) and "results/table1.csv" in fresh
     assert sorted(warm) == sorted(fresh)
     assert [p for p in fresh if warm[p] != fresh[p]] == []
-    # Byte for byte: all but the scores files and training logs (tables, metrics, thresholds, ...).
-    assert all(isinstance(fresh[p], bytes) for p in fresh if p.startswith(("results/metrics/", "results/table")))
+    # Byte for byte: all but the training logs (tables, metrics, thresholds, scores, answers, ...).
+    assert all(isinstance(fresh[p], bytes) for p in fresh if p.startswith(("results/metrics/", "results/table",
+                                                                             "results/scores/")))
+    # The read cache's files too: one job shard per job that read through it, no part left over.
     cache = _read_cache(tiny_default_run)
-    assert len(cache) > 0 and _read_cache(work) == cache
+    shards = [p for p in cache if p.endswith(".parquet")]
+    assert shards and not [p for p in shards if Path(p).name.startswith("part-")]
+    assert sorted(_read_cache(work)) == sorted(cache)
+    assert [p for p in cache if _read_cache(work)[p] != cache[p]] == []
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ def test_checksum_and_name_formats_are_pinned():
     assert entry_checksum(ID, "k", b"v") != entry_checksum("cd" * 32, "k", b"v")  # the identity is covered
     assert shard_name(ID, ["b", "a"]) == hashlib.sha256(f"{ID}\na\nb".encode()).hexdigest()[:40] + ".parquet"
     assert shard_name(ID, ["a"]) != shard_name("cd" * 32, ["a"])
+    assert shard_name(ID, ["b", "a"], part=True) == "part-" + shard_name(ID, ["a", "b"])  # a running job's flush
     assert ReadCache._canonical(None, np.array([[0.5, 0.5, 0.0, 0.0]])) == (
         np.array([1, 4], "<i8").tobytes() + np.array([0.5, 0.5, 0.0, 0.0], "<f8").tobytes())
     assert AnswerCache._canonical(None, "é") == "é".encode()

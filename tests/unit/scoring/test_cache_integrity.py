@@ -330,7 +330,9 @@ def test_a_shard_without_its_identity_is_refused(tmp_path, caplog):
     assert "written under no identity" in caplog.text and fresh.key in caplog.text
 
 
-def test_compaction_leaves_out_a_corrupt_part(tmp_path, caplog):
+def test_the_job_shard_holds_the_jobs_own_values_and_replaces_a_damaged_part(tmp_path, caplog):
+    """The job shard is written from the values the job computed or verified, never re-read from
+    its parts: a part damaged on disk meanwhile is removed with the others, its entries kept."""
     caplog.set_level(logging.WARNING, logger=LOGGER)
     a, b = softmax_entries([1, 2], seed=3), softmax_entries([2], seed=4)
     b = {"zz" + k[2:]: v for k, v in b.items()}
@@ -341,9 +343,12 @@ def test_compaction_leaves_out_a_corrupt_part(tmp_path, caplog):
     for k, v in b.items():
         c.put(k, v)
     second = c.flush()
+    assert first.name.startswith("part-") and second.name.startswith("part-")
     second.write_bytes(second.read_bytes()[:-20])  # truncated: footer gone
-    out = c.compact_written()
-    assert out == first and c.quarantined_shards == 1  # merged from the intact part alone
-    assert (tmp_path / c.key / QUARANTINE_DIR / second.name).exists() and not second.exists()
-    got = ReadCache(tmp_path, IDENT).lookup([*a, *b])
-    assert got.keys() == a.keys() and all(same(got[k], a[k]) for k in a)
+    out = c.write_job_shard()
+    assert sorted(p.name for p in (tmp_path / c.key).glob("*.parquet")) == [out.name]
+    assert not out.name.startswith("part-") and c.quarantined_shards == 0
+    fresh = ReadCache(tmp_path, IDENT)
+    got = fresh.lookup([*a, *b])
+    assert got.keys() == {*a, *b} and all(same(got[k], {**a, **b}[k]) for k in got)
+    assert fresh.quarantined_shards == 0 and "refused" not in caplog.text

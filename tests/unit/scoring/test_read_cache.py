@@ -64,7 +64,9 @@ def distinct_prompts(df: pl.DataFrame, query_ids=None) -> set[tuple[str, tuple[s
 
 def run(tiny, cand, out, cache_dir, variant=V, batch_size=3):
     sc = scorer_of(tiny, batch_size)
-    score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant), protocol=Protocol.checked(PROTO), out_path=out, scorer=sc, read_cache=cache_dir)
+    # The job's profile (its read-cache counters: the scores file names the cache, not what it hit).
+    sc.job_profile = score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant), protocol=Protocol.checked(PROTO),
+                                   out_path=out, scorer=sc, read_cache=cache_dir)
     return sc
 
 
@@ -102,10 +104,12 @@ def test_hit_is_bit_identical_and_reads_nothing(tmp_path, tiny):
     cold_df = read_table(tmp_path / "cold.parquet", "scores")
     assert cold_df.drop("score", "p0", "p1", "p2", "p3").equals(ref.drop("score", "p0", "p1", "p2", "p3"))
     np.testing.assert_allclose(cold_df["score"].to_numpy(), ref["score"].to_numpy(), rtol=0, atol=1e-5)
-    meta = read_metadata(tmp_path / "warm.parquet")["read_cache"]
-    assert (meta["hits"], meta["misses"], meta["hit_rate"]) == (warm.prompts_asked, 0, 1.0)
-    cm = read_metadata(tmp_path / "cold.parquet")["read_cache"]
-    assert cm["misses"] == want and cm["hits"] == cold.prompts_asked - want
+    meta = warm.job_profile
+    assert (meta["cache_hits"], meta["cache_misses"], meta["cache_hit_rate"]) == (warm.prompts_asked, 0, 1.0)
+    cm = cold.job_profile
+    assert cm["cache_misses"] == want and cm["cache_hits"] == cold.prompts_asked - want
+    # The counters stay out of the file: the warm job's is the cold one's, metadata and all.
+    assert (tmp_path / "warm.parquet").read_bytes() == (tmp_path / "cold.parquet").read_bytes()
     # One shard per job after compaction, none left half-written.
     shards = sorted((tmp_path / "cache").glob("*/*.parquet"))
     assert len(shards) == 1 and not list((tmp_path / "cache").glob("*/.*"))
@@ -134,11 +138,11 @@ def test_a_corrupt_shard_is_quarantined_and_read_again(tmp_path, tiny, caplog):
     assert again.prompts_read == cold.prompts_read > 0  # every entry of the shard was read again
     assert shard.name in caplog.text and "checksum mismatch" in caplog.text
     assert (shard.parent / "quarantine" / shard.name).exists()
-    meta = read_metadata(tmp_path / "again.parquet")["read_cache"]
-    assert (meta["quarantined_shards"], meta["quarantined_entries"]) == (1, table.num_rows)
+    meta = again.job_profile
+    assert (meta["cache_quarantined_shards"], meta["cache_quarantined_entries"]) == (1, table.num_rows)
     assert pq.read_table(tmp_path / "again.parquet").equals(pq.read_table(tmp_path / "cold.parquet"))
     warm = run(tiny, cand, tmp_path / "warm.parquet", tmp_path / "cache")  # the re-read entries were stored
-    assert warm.prompts_read == 0 and read_metadata(tmp_path / "warm.parquet")["read_cache"]["quarantined_shards"] == 0
+    assert warm.prompts_read == 0 and warm.job_profile["cache_quarantined_shards"] == 0
 
 
 def test_variants_share_reads(tmp_path, tiny):
@@ -282,8 +286,8 @@ def test_one_prompt_per_pass_makes_scores_independent_of_the_cache(tmp_path, tin
         score_dataset(cand, dataset="toy", run=ScoringRun.checked(v), protocol=Protocol.checked(PROTO), out_path=tmp_path / f"plain-{name}.parquet",
                       scorer=sc)
     run(tiny, cand, tmp_path / "ots.parquet", tmp_path / "cache", batch_size=1)
-    run(tiny, cand, tmp_path / "rr.parquet", tmp_path / "cache", variant=rr, batch_size=1)
-    assert read_metadata(tmp_path / "rr.parquet")["read_cache"]["hits"] > 0
+    rr_job = run(tiny, cand, tmp_path / "rr.parquet", tmp_path / "cache", variant=rr, batch_size=1)
+    assert rr_job.job_profile["cache_hits"] > 0
     for name in ("ots", "rr"):
         assert pq.read_table(tmp_path / f"{name}.parquet").equals(pq.read_table(tmp_path / f"plain-{name}.parquet"))
 

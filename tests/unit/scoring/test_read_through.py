@@ -71,7 +71,7 @@ def test_bsc_reuses_off_the_shelfs_reads_through_the_run_cache_with_a_plugin_sco
     cand = candidates(3)
     ots_scorer, bsc_scorer, plain = LetterCounts(), LetterCounts(), LetterCounts()
     _score(ots_scorer, cand, V, tmp_path / "ots.parquet", tmp_path / "cache")
-    _score(bsc_scorer, cand, BSC, tmp_path / "bsc.parquet", tmp_path / "cache")
+    prof = _score(bsc_scorer, cand, BSC, tmp_path / "bsc.parquet", tmp_path / "cache")
     score_dataset(cand, dataset="toy", run=ScoringRun.checked(BSC), protocol=Protocol.checked(PROTO),
                   out_path=tmp_path / "plain.parquet", scorer=plain)  # no cache: every prompt read
     ots, bsc = read_table(tmp_path / "ots.parquet", "scores"), read_table(tmp_path / "bsc.parquet", "scores")
@@ -79,8 +79,7 @@ def test_bsc_reuses_off_the_shelfs_reads_through_the_run_cache_with_a_plugin_sco
     assert bsc_only and shared <= distinct_prompts(bsc)
     assert ots_scorer.prompts_read == len(shared)
     assert bsc_scorer.prompts_read == len(bsc_only)  # the shared shuffles were not read again
-    meta = read_metadata(tmp_path / "bsc.parquet")["read_cache"]
-    assert meta["misses"] == len(bsc_only) and meta["hits"] > 0
+    assert prof["cache_misses"] == len(bsc_only) and prof["cache_hits"] > 0
     # A hit is the stored float64 read: the cached job's rows are the uncached job's bit for bit.
     assert pq.read_table(tmp_path / "bsc.parquet").equals(pq.read_table(tmp_path / "plain.parquet"))
     keys = ["perturbation", "presentation", "query_id", "doc_id"]

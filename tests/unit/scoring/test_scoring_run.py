@@ -407,27 +407,22 @@ def test_default_profile_sums_benchmarks_logs_and_cache_counts(tmp_path, caplog)
     (logs / "bm25" / "toy.log").write_text("2026 INFO x: start\n2026 INFO presdep.scoring.run: " + line + "\n")
     (logs / "ots").mkdir()
     (logs / "ots" / "toy.log").write_text('2026 INFO run: profile {"prompts": 10, "prompts_read": 4, "tokens_read": 2000, '
-                                          '"forward_s": 4.0, "startup_s": 3.0, "model_load_s": 1.0}\n')
-    pl.DataFrame({"x": [1]}).write_parquet(tmp_path / "results" / "scores" / "bm25" / "ignored.parquet")
-    import pyarrow as pa
-
-    from presdep.contracts.schemas import METADATA_KEY
-
-    for name, (h, m) in {"ots": (6, 2), "rr": (3, 5)}.items():
-        t = pa.table({"x": [1]}).replace_schema_metadata({METADATA_KEY: json.dumps({"read_cache": {"hits": h, "misses": m}})})
-        (tmp_path / "results" / "scores" / name).mkdir()
-        pq.write_table(t, tmp_path / "results" / "scores" / name / "toy.parquet")
-    (tmp_path / "results" / "answers" / "ots").mkdir(parents=True)
-    t = pa.table({"x": [1]}).replace_schema_metadata(
-        {METADATA_KEY: json.dumps({"facts": {"answer_cache": {"hits": 3, "misses": 9}}})})
-    pq.write_table(t, tmp_path / "results" / "answers" / "ots" / "qa.parquet")
+                                          '"forward_s": 4.0, "startup_s": 3.0, "model_load_s": 1.0, '
+                                          '"cache_hits": 6, "cache_misses": 2}\n')
+    (logs / "rr").mkdir()  # an earlier attempt's line, then the finished job's: the last one counts
+    (logs / "rr" / "toy.log").write_text('x: profile {"cache_hits": 1, "cache_misses": 1}\n'
+                                         'x: profile {"cache_hits": 3, "cache_misses": 5}\n')
+    for kind, name, (h, m) in (("read_answers", "ots", (3, 5)), ("read_verdicts", "v", (0, 4))):
+        (tmp_path / "logs" / kind).mkdir(parents=True)
+        (tmp_path / "logs" / kind / f"{name}.log").write_text(
+            f'2026 INFO presdep.scoring.frozen_reader: answer cache {{"hits": {h}, "misses": {m}}}\n')
     rep = prof.report(tmp_path)
-    assert rep["answer_cache"] == {"files": 1, "hits": 3, "misses": 9, "hit_rate": 0.25}
-    assert "answer cache: 3 hits, 9 misses over 1 answers files (hit rate 25.0%)" in prof.render(rep)
+    assert rep["answer_cache"] == {"jobs": 2, "hits": 3, "misses": 9, "hit_rate": 0.25}
+    assert "answer cache: 3 hits, 9 misses over 2 reading jobs (hit rate 25.0%)" in prof.render(rep)
     assert rep["rules"]["score"] == {"jobs": 2, "wall_s": 14.5, "cpu_s": 20.0, "cpu_unknown": 1}
     assert rep["rules"]["fetch_model"]["cpu_s"] == 30.5 and rep["total_wall_s"] == 43.5
     s = rep["scoring"]
-    assert (s["jobs"], s["model_jobs"], s["prompts"], s["prompts_read"]) == (2, 1, 10, 4)
+    assert (s["jobs"], s["model_jobs"], s["prompts"], s["prompts_read"]) == (3, 1, 10, 4)
     assert s["tokens_per_s"] == 500.0 and s["startup_s"] == 4.5 and s["forward_s"] == 4.0
-    assert rep["read_cache"] == {"files": 2, "hits": 9, "misses": 7, "hit_rate": 9 / 16}  # identity uses no cache
+    assert rep["read_cache"] == {"jobs": 2, "hits": 9, "misses": 7, "hit_rate": 9 / 16}  # identity uses no cache
     assert "| score | 2 | 14.5 | 20.0 |" in prof.render(rep)
