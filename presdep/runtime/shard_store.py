@@ -131,7 +131,8 @@ class ShardStore:
         self._parts: dict[str, frozenset[str]] = {}  # part shard name -> its keys (loaded or written here)
         self._used: dict[str, None] = {}  # keys whose values this job used, in first-use order
         self._journal: Path | None = None  # where checkpoint() records them (keep_journal)
-        self._journaled = 0  # how many of _used the journal holds
+        self._unjournaled: list[str] = []  # keys first used since the last checkpoint
+        self._journal_files = 0  # journal files in that folder
         self.hits = 0
         self.misses = 0
         self.quarantined_shards = 0
@@ -320,14 +321,20 @@ class ShardStore:
             hit = self._pending.get(key)
         if hit is None:
             return None
-        self._used[key] = None
+        self._use(key)
         return self._copy(hit)
 
     def put(self, key: str, value: Any) -> None:
         value = self._check(value)
-        self._used[key] = None
+        self._use(key)
         if key not in self._entries:
             self._pending[key] = value
+
+    def _use(self, key: str) -> None:
+        if key not in self._used:
+            self._used[key] = None
+            if self._journal is not None:
+                self._unjournaled.append(key)
 
     def flush(self) -> Path | None:
         """Write the pending entries as one part (atomically); entries another job wrote
@@ -384,21 +391,23 @@ class ShardStore:
         used: the work it finished is not read again, yet its entries belong in the job
         shard. Returns how many keys the journal held."""
         self._journal = Path(folder)
+        self._unjournaled = list(self._used)  # used before the journal was kept: in its next file
         before = len(self._used)
-        for path in sorted(self._journal.glob(JOURNAL_PREFIX + "*.txt")):
+        files = sorted(self._journal.glob(JOURNAL_PREFIX + "*.txt"))
+        for path in files:
             self._used.update(dict.fromkeys(path.read_text(encoding="ascii").split()))
-        self._journaled = len(self._used)
-        return self._journaled - before
+        self._journal_files = len(files)
+        return len(self._used) - before
 
     def checkpoint(self) -> None:
         """Journal the keys used since the last checkpoint (one file, atomically), before the
         caller records the work they served as done."""
-        if self._journal is None or self._journaled == len(self._used):
+        if self._journal is None or not self._unjournaled:
             return
-        keys = list(self._used)[self._journaled:]
-        index = len(list(self._journal.glob(JOURNAL_PREFIX + "*.txt")))
-        write_text_atomic(self._journal / f"{JOURNAL_PREFIX}{index:06d}.txt", "\n".join(keys) + "\n")
-        self._journaled = len(self._used)
+        name = f"{JOURNAL_PREFIX}{self._journal_files:06d}.txt"
+        write_text_atomic(self._journal / name, "\n".join(self._unjournaled) + "\n")
+        self._journal_files += 1
+        self._unjournaled = []
 
     def stats(self) -> dict:
         total = self.hits + self.misses

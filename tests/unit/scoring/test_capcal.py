@@ -181,6 +181,37 @@ def test_capcal_resumes_from_flushed_priors(tmp_path):
     assert again.prompts == [] and out.equals(ref) and priors2 == priors
 
 
+def test_a_resumed_capcal_leaves_the_read_cache_an_uninterrupted_one_leaves(tmp_path):
+    """The probes of the priors a killed run flushed are not asked for again, yet the journal in
+    the resume folder puts them in the job's shard: the cache's files equal an uninterrupted run's."""
+    from presdep.scoring.read_through import with_read_cache
+
+    cand = make_candidates(3, 4)
+    src, _ = _off_the_shelf(tmp_path, cand)
+    rows, queries = read_table(src, "scores"), dict(zip(cand["query_id"], cand["query"]))
+
+    def calibrate(cache_dir, done, rows):
+        scorer = with_read_cache(RecordingScorer(), cache_dir, declared=True)
+        scorer.cache.keep_journal(done)
+        out = calibrate_scores(rows, queries, scorer, done_dir=done, cache=scorer.cache)
+        return scorer, out
+
+    whole_done, done = tmp_path / "whole-done", tmp_path / "done"
+    whole_done.mkdir()
+    done.mkdir()
+    whole, (ref, _) = calibrate(tmp_path / "whole", whole_done, rows)
+    whole.cache.write_job_shard()
+    killed, _ = calibrate(tmp_path / "cache", done, rows.filter(pl.col("query_id") == "q0"))  # q0's prior flushed
+    del killed  # killed: no job shard
+    again, (out, _) = calibrate(tmp_path / "cache", done, rows)
+    again.cache.write_job_shard()
+    assert out.equals(ref) and {q for q, _ in again.prompts} == {queries["q1"], queries["q2"]}
+
+    def files(root):
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}
+    assert files(tmp_path / "cache") == files(tmp_path / "whole") and len(files(tmp_path / "whole")) == 1
+
+
 def test_capcal_job_needs_the_scores_it_reuses(tmp_path):
     from presdep.scoring.job import score_dataset_files
 

@@ -65,8 +65,8 @@ def distinct_prompts(df: pl.DataFrame, query_ids=None) -> set[tuple[str, tuple[s
 def run(tiny, cand, out, cache_dir, variant=V, batch_size=3):
     sc = scorer_of(tiny, batch_size)
     # The job's profile (its read-cache counters: the scores file names the cache, not what it hit).
-    sc.job_profile = score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant), protocol=Protocol.checked(PROTO),
-                                   out_path=out, scorer=sc, read_cache=cache_dir)
+    sc.job_profile = score_dataset(cand, dataset="toy", run=ScoringRun.checked(variant),
+                                   protocol=Protocol.checked(PROTO), out_path=out, scorer=sc, read_cache=cache_dir)
     return sc
 
 
@@ -227,8 +227,10 @@ KILLED = textwrap.dedent(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from presdep.scoring.backends import TransformersScorer
     from presdep.config.records import Protocol, ScoringRun
+    from presdep.scoring import run
     from presdep.scoring.run import score_dataset
 
+    run.CROSS_QUERY_PROMPTS = 1  # one query per read call: a kill can fall between finished queries
     model_dir, cand, out, cache, delay = sys.argv[1:6]
 
     class Slow(TransformersScorer):
@@ -262,10 +264,12 @@ def test_a_killed_job_repeats_no_read(tmp_path, tiny):
     proc = subprocess.Popen([sys.executable, str(script), str(model_dir), str(cpath), str(out), str(cache), "0.3"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(cache.glob("*/*.parquet"))) < 3:
+    finished = tmp_path / "out.parquet.partial"
+    while time.time() < deadline and (len(list(cache.glob("*/*.parquet"))) < 3 or not list(finished.glob("q-*"))):
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert 1 <= len(list(finished.glob("q-*.arrow"))) < 4, "the kill came after every query or before the first"
     (ident,) = [d for d in cache.iterdir() if d.is_dir()]
     stored = pl.concat([pl.read_parquet(p) for p in ident.glob("*.parquet")])["key"].n_unique()
     assert stored >= 3 * 2 and not out.exists()
@@ -274,6 +278,16 @@ def test_a_killed_job_repeats_no_read(tmp_path, tiny):
     total = len(distinct_prompts(read_table(out, "scores")))
     assert stored < total
     assert int(res.stdout.strip().splitlines()[-1]) == total - stored
+    # The killed run's parts are gone, and the reads of the queries it finished (not asked for
+    # again: the journal in its resume folder names them) are in the job's one shard, which is
+    # the shard an uninterrupted run leaves, byte for byte (the resumed job's batches are the
+    # rest of the uninterrupted job's: each query's prompts are cut longest first).
+    whole = tmp_path / "whole-cache"
+    subprocess.run([sys.executable, str(script), str(model_dir), str(cpath), str(tmp_path / "whole.parquet"),
+                    str(whole), "0"], check=True, capture_output=True, text=True)
+    (shard,) = ident.glob("*.parquet")
+    assert shard.read_bytes() == (whole / ident.name / shard.name).read_bytes()
+    assert pq.read_table(out).equals(pq.read_table(tmp_path / "whole.parquet"))  # (the caches' folders differ)
 
 
 def test_one_prompt_per_pass_makes_scores_independent_of_the_cache(tmp_path, tiny):
