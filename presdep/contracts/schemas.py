@@ -430,7 +430,11 @@ def read_table(path: str | os.PathLike, kind: str) -> pl.DataFrame:
     path = Path(path)
     where = f"{path}: {kind!r} table"
     with _read_errors(path, repr(kind)):
-        with open(path, "rb") as fh:  # one open: the footer and the pages come from the same file
+        # One open: the footer and the pages come from the same file. Arrow's own file, not a Python
+        # one: Arrow's reader threads would call back into Python through it, and such a thread
+        # still alive at interpreter exit aborts the process ("terminate called without an
+        # active exception", apache/arrow#34314).
+        with pa.OSFile(str(path), "rb") as fh:
             md, marked = _footer_metadata(fh, where)
             table = pq.read_table(fh, page_checksum_verification=True)
         # Full validation (offsets, UTF-8) before polars sees the buffers: a corrupt page that
@@ -460,7 +464,7 @@ def read_metadata(path: str | os.PathLike) -> dict:
     path = Path(path)
     with _read_errors(path, "presdep artifact metadata"):
         where = f"{path}: presdep artifact metadata"
-        with open(path, "rb") as fh:
+        with pa.OSFile(str(path), "rb") as fh:  # as in read_table
             md, marked = _footer_metadata(fh, where)
         _verify_metadata(md, marked, path, where)
         raw = md.get(METADATA_KEY)
