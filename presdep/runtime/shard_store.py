@@ -409,9 +409,14 @@ class ShardStore:
         self._journal_files += 1
         self._unjournaled = []
 
+    def provenance(self) -> dict:
+        """What an output that used this cache records of it: where it lives and its identity. Not
+        the counters of :meth:`stats`: they depend on what earlier and concurrent jobs read."""
+        return {"dir": str(self.root), "identity_key": self.key}
+
     def stats(self) -> dict:
         total = self.hits + self.misses
-        return {"dir": str(self.root), "identity_key": self.key, "hits": self.hits, "misses": self.misses,
+        return {**self.provenance(), "hits": self.hits, "misses": self.misses,
                 "hit_rate": (self.hits / total) if total else None,
                 "quarantined_shards": self.quarantined_shards, "quarantined_entries": self.quarantined_entries}
 

@@ -280,7 +280,7 @@ def finish_job_reader(reader: FrozenReader) -> dict:
     reader.answer_cache.write_job_shard()  # one shard per job: every answer it used
     stats = reader.answer_cache.stats()
     log.info("%s%s", ANSWER_CACHE_MARK, json.dumps(stats, sort_keys=True))
-    return {"answer_cache": {"dir": stats["dir"], "identity_key": stats["identity_key"]}}
+    return {"answer_cache": reader.answer_cache.provenance()}
 
 
 def files_identity(model_dir: str | os.PathLike) -> list[tuple[str, int, int]]:

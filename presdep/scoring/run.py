@@ -353,7 +353,7 @@ def _write_scores(qids: Sequence[str], partial: Path, out_path: Path, dataset: s
                      "batch_size": getattr(scorer, "batch_size", None)} if p.noise_rereads else None,
         # Which identity's entries the scores are; not the counters (the profile has those), so the
         # file depends on its inputs alone, not on what earlier or concurrent jobs read.
-        **({"read_cache": {"dir": str(cache.root), "identity_key": cache.key}} if cache is not None else {}),
+        **({"read_cache": cache.provenance()} if cache is not None else {}),
     )
 
 
