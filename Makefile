@@ -61,8 +61,9 @@ $(HUB_STAMP): envs/hub-requirements.txt
 	touch $(HUB_STAMP)
 
 # Every job of configs/paper.yaml, offline: sources on loopback, tiny models, Table 1 in
-# .rehearsal/results/ (README, cluster section). REHEARSAL_MODE=slurm goes through Slurm.
-rehearsal: $(STAMP) $(HUB_STAMP)
+# .rehearsal/results/ (README, cluster section). REHEARSAL_MODE=slurm goes through Slurm
+# (and builds .venv-slurm first where it is missing or older than its recipe).
+rehearsal: $(STAMP) $(HUB_STAMP) $(if $(filter slurm,$(REHEARSAL_MODE)),$(SLURM_STAMP))
 	$(COMPILE)
 	PATH="$(CURDIR)/$(BIN):$$PATH" WORKER="$(WORKER)" sh cluster/rehearsal.sh $(REHEARSAL_MODE)
 

@@ -25,6 +25,9 @@ SITE=$("$TARGET/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["p
 # install) are processed too; the target's own packages come first on sys.path.
 BASE_SITE=$(cd "$BASE_SITE" && pwd)
 printf 'import site; site.addsitedir(%s)\n' "'$BASE_SITE'" > "$SITE/presdep-base-venv.pth"
+# cluster/plugins on its path: the presdep-slurm executor (the Slurm plugin, with the presdep
+# worker inside each allocation) imports the Slurm plugin, so only this venv may see it.
+printf '%s\n' "$(pwd)/cluster/plugins" > "$SITE/presdep-cluster-plugins.pth"
 
 REQS=$("$TARGET/bin/python" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["slurm"]))')
 # shellcheck disable=SC2086
@@ -36,6 +39,6 @@ cat > "$TARGET/bin/snakemake" <<LAUNCHER
 exec "\$(dirname "\$0")/python" -m snakemake "\$@"
 LAUNCHER
 chmod +x "$TARGET/bin/snakemake"
-"$TARGET/bin/python" -c 'import snakemake_executor_plugin_slurm, presdep' \
+"$TARGET/bin/python" -c 'import snakemake_executor_plugin_slurm, snakemake_executor_plugin_presdep_slurm, presdep' \
     || { echo "slurm-venv: $TARGET cannot import the plugin and presdep" >&2; exit 1; }
 echo "slurm-venv: ready: $TARGET/bin/snakemake"

@@ -118,8 +118,8 @@ FETCH_RULES = ("fetch_dataset", "fetch_dataset_qa", "fetch_dataset_beir", "fetch
 
 def test_the_slice_runs_every_rule_of_the_paper_plan(rehearsal, local_slurm, slurm_snakemake):
     """Slurm runs the fetch stage (compute nodes reading the loopback sources) and a first model
-    job (its GPU request scheduled on the node's fake GPUs); the rest runs locally, because every
-    job inside a group job still starts its own Snakemake, tens of seconds for seconds of work."""
+    job (its GPU request scheduled on the node's fake GPUs); the rest runs locally, to keep the
+    suite short: the whole plan through Slurm is `REHEARSAL_MODE=slurm make rehearsal`."""
     work, ports = rehearsal
     exe = slurm_snakemake
     env = _client_env(work, ports, exe)

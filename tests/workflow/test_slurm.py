@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -160,3 +161,51 @@ def test_tiny_workflow_runs_through_slurm_and_resumes_after_scancel(local_slurm,
     assert _slurm_job_ids(work) == ids, "a light job was submitted"
     assert all(p.stat().st_mtime_ns != before[p] for p in metrics_files)
     print(f"Slurm test wall time: {time.monotonic() - started:.0f} s")
+
+
+# presdep-slurm (cluster/plugins): the Slurm plugin's submission, a group's members forked from the worker.
+WORKER_EXECUTOR = (
+    "--executor", "presdep-slurm",
+    # The Slurm plugin's settings of profiles/slurm-test, under this plugin's prefix.
+    "--presdep-slurm-status-command", "squeue", "--presdep-slurm-init-seconds-before-status-checks", "5",
+    "--presdep-slurm-keep-successful-logs",
+    # Both score jobs in one group job of one (fake) GPU per member and one core each: two cores in all.
+    "--groups", "score=models", "--group-components", "models=2", "--set-threads", "score=1",
+    "--set-resources", "score:gpu=1", "score:cpus_per_gpu=0",
+)
+
+
+def test_presdep_slurm_runs_a_groups_members_side_by_side_in_the_worker(local_slurm, slurm_snakemake, tmp_path):
+    exe = slurm_snakemake
+    env = {**os.environ, "PATH": f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (tmp_path / "slurm").mkdir()
+    work = scratch_workflow(tmp_path / "slurm")
+    run = subprocess.run(["timeout", str(RUN_TIMEOUT), str(exe), *PROFILE, *WORKER_EXECUTOR, *CONFIG, *TARGET],
+                         cwd=work, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+
+    logs = work / ".snakemake" / "slurm_logs"
+    (group_log,) = (logs / "group_models_score").glob("*.log")
+    inner = group_log.read_text()
+    # Inside the allocation: one Snakemake with the worker executor, one worker, both members forked
+    # from it and started before either finished (the Slurm plugin's jobstep runs them one at a time).
+    assert "--executor presdep-worker" in inner and "slurm-jobstep" not in inner, inner[:3000]
+    assert inner.count("presdep worker: started") == 1, inner
+    first_end = inner.index("Finished jobid")
+    assert inner.count("rule score:", 0, first_end) == 2, inner
+    assert "runs in a fresh process" not in inner, inner
+    # A job of its own runs as the Slurm plugin runs it.
+    for single in (logs / "rule_build_fixture").rglob("*.log"):
+        assert "--executor slurm-jobstep" in single.read_text(), single
+    # Slurm granted the group both GPUs its members asked for.
+    show = subprocess.run(["scontrol", "show", "job", group_log.stem], capture_output=True, text=True).stdout
+    assert "JobState=COMPLETED" in show and re.search(r"gres[:/]gpu[:=]2", show), show
+
+    # The same results as a local run of the same config.
+    (tmp_path / "local").mkdir()
+    local = scratch_workflow(tmp_path / "local")
+    ran = subprocess.run(["timeout", str(RUN_TIMEOUT), str(Path(sys.executable).with_name("snakemake")), "--cores", "2",
+                          *CONFIG, *TARGET], cwd=local, env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
+    for name in ("results/table1.csv", *(f"results/metrics/bm25/{ds}.parquet" for ds in DATASETS)):
+        assert (work / name).read_bytes() == (local / name).read_bytes(), name
