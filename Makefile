@@ -4,7 +4,8 @@
 #   make resume -> after a killed or crashed `make run`: unlock, then run again
 #   make cluster-env -> .venv-slurm: .venv + the Slurm executor plugin (cluster runs only)
 #   make rehearsal -> every job of configs/paper.yaml offline on tiny models (cluster/rehearsal.sh)
-# GPU users: `make TORCH_SPEC="torch" run` keeps pip's default (CUDA) torch build.
+# TORCH_SPEC is envs/constraints.txt's torch pin (a test holds them equal); on a Linux GPU machine
+# PyPI serves it as the CUDA build.
 
 PYTHON ?= python3
 VENV ?= .venv

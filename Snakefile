@@ -35,6 +35,7 @@ include: "rules/pool.smk"
 include: "rules/context.smk"
 include: "rules/render.smk"
 include: "rules/named_run.smk"
+include: "rules/preflight.smk"
 
 
 # Before any job starts (the groups of --groups and the profiles are known only now, not while

@@ -24,13 +24,25 @@ def sync(device: Any) -> None:
 
 
 def reset_peak(device: Any) -> None:
+    """Reset the allocated and the reserved peak together. The allocator's cache is emptied first:
+    otherwise the reserved peak starts at whatever an earlier setting left cached."""
     if torch.device(device).type == "cuda":
+        free(device)
         torch.cuda.reset_peak_memory_stats()
 
 
 def peak_gib(device: Any) -> float | None:
+    """``torch.cuda.max_memory_allocated()`` since the last reset, GiB (None off CUDA)."""
     if torch.device(device).type == "cuda":
         return torch.cuda.max_memory_allocated() / 2**30
+    return None
+
+
+def peak_reserved_gib(device: Any) -> float | None:
+    """``torch.cuda.max_memory_reserved()`` since the last reset, GiB (None off CUDA): the allocated
+    peak plus the caching allocator's slack and fragmentation, what must fit in the device."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.max_memory_reserved() / 2**30
     return None
 
 

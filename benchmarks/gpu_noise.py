@@ -1,4 +1,5 @@
-"""Parts 2 and 3 of benchmarks/gpu.py: bf16 against fp32, and the batch noise floor.
+"""The ``precision`` and ``noise`` parts of benchmarks/gpu.py: bf16 against fp32, and the batch
+noise floor.
 
 The model has random weights, so these are kernel-level figures: how far bf16 kernels, padding,
 batch companions and batch positions move E[g] and the slot order of one random model. A trained

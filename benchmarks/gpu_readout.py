@@ -1,4 +1,5 @@
-"""Part 1 of benchmarks/gpu.py: readout throughput and MFU, and two emulated readouts beside it.
+"""The ``readout`` part of benchmarks/gpu.py: readout throughput and MFU, and two emulated readouts
+beside it.
 
 Per batch size, on the same padded, length-sorted batches of the pool, interleaved over the
 repeats so that background load hits all alike:
@@ -26,7 +27,8 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from gpu_common import free, is_oom, length_batches, matmul_rate, param_counts, peak_gib, read_built, reset_peak, sync
+from gpu_common import (free, is_oom, length_batches, matmul_rate, param_counts, peak_gib, peak_reserved_gib,
+                        read_built, reset_peak, sync)
 
 from presdep.runtime.flops import FLOPS_FORMULA, sequence_flops
 from presdep.scoring.readout import pad_batch
@@ -145,7 +147,8 @@ def _time_rows(fns: dict[str, Callable[[], tuple[float, float, dict]]], repeats:
         try:
             reset_peak(device)
             info = fn()[2]
-            out[name] = {"oom": False, "peak_memory_gib": peak_gib(device), "seconds_device": [],
+            out[name] = {"oom": False, "peak_memory_gib": peak_gib(device),
+                         "peak_reserved_gib": peak_reserved_gib(device), "seconds_device": [],
                          "seconds_host": [], "_info": info}
             live.append(name)
         except (RuntimeError, MemoryError) as exc:
@@ -169,7 +172,11 @@ def _time_rows(fns: dict[str, Callable[[], tuple[float, float, dict]]], repeats:
     return out
 
 
-def part_readout(model, synth, pool, shape, args, device, deadline) -> dict:
+def part_readout(model, synth, pool, shape, args, device, deadline: float,
+                 progress: Callable[[dict], None] | None = None) -> dict:
+    """Per batch size in ``args.batch_sizes``; after the first, a batch size starts only if the slowest
+    one so far would end before ``deadline`` (perf_counter); the rest are in ``skipped_batch_sizes``.
+    ``progress`` gets the part's figures so far after each batch size (written at once)."""
     counts = param_counts(model)
     cfg = model.config
     d_attn = cfg.num_attention_heads * cfg.head_dim
@@ -182,11 +189,27 @@ def part_readout(model, synth, pool, shape, args, device, deadline) -> dict:
 
     # Warm-up: kernels, allocator, cuBLAS handles.
     read_built(model, pool[:1], 1, synth.pad_id, synth.grade_ids, device)
-    rows, skipped = [], []
+    rows: list = []
+    skipped: list = []
+    out = {"matmul": rate, "params": counts, "d_attn": d_attn, "flops_formula": FLOPS_FORMULA,
+           "prompt_tokens": {"min": min(len(p.ids) for p in pool), "max": max(len(p.ids) for p in pool),
+                             "mean": statistics.mean(len(p.ids) for p in pool)},
+           "timing": ("median over repeats of the whole pool's reads; readout = pad_batch on the host, "
+                      "copy to the device, decoder, LM head on the read rows, softmax, copy back (read_built); "
+                      "bare = model.model(input_ids, use_cache=False) on the same padded batches already on "
+                      "the device; the emulated rows are timed interleaved with both, their seconds_device "
+                      "up to the copy to the host and their seconds_host after it"),
+           "memory": ("per row, from its untimed first pass: peak_memory_gib = torch.cuda.max_memory_allocated, "
+                      "peak_reserved_gib = torch.cuda.max_memory_reserved (both reset, cache emptied, before "
+                      "the row; null off CUDA)"),
+           "rows": ROWS, "top_k": TOP_K, "logits_chunk_rows": chunk_rows,
+           "repeats": args.repeats, "batch_sizes": rows, "skipped_batch_sizes": skipped}
+    slowest = 0.0  # seconds of the slowest batch size so far: the estimate of the next one
     for bs in args.batch_sizes:
-        if time.perf_counter() > deadline:
+        if rows and time.perf_counter() + slowest > deadline:  # the first one always: the part started
             skipped.append(bs)
             continue
+        t_bs = time.perf_counter()
         batches = length_batches(pool, bs)
         real = [len(p.ids) for p in pool]
         padded_lengths = [max(len(pool[i].ids) for i in b) for b in batches for _ in b]
@@ -233,21 +256,17 @@ def part_readout(model, synth, pool, shape, args, device, deadline) -> dict:
                 "mfu_readout": f_real / tr / peak, "mfu_bare": f_real / tb / peak,
                 "mfu_padded_readout": f_pad / tr / peak, "mfu_padded_bare": f_pad / tb / peak,
                 "peak_memory_gib_readout": so["peak_memory_gib"], "peak_memory_gib_bare": ba["peak_memory_gib"],
+                "peak_reserved_gib_readout": so["peak_reserved_gib"], "peak_reserved_gib_bare": ba["peak_reserved_gib"],
                 "oom": False,
             })
         row["rows"] = _row_figures(timed, tokens, row.get("tokens_per_s_readout"), slot_probs)
         free(device)
+        row["elapsed_s"] = time.perf_counter() - t_bs
+        slowest = max(slowest, row["elapsed_s"])
         rows.append(row)
-    return {"matmul": rate, "params": counts, "d_attn": d_attn, "flops_formula": FLOPS_FORMULA,
-            "prompt_tokens": {"min": min(len(p.ids) for p in pool), "max": max(len(p.ids) for p in pool),
-                              "mean": statistics.mean(len(p.ids) for p in pool)},
-            "timing": ("median over repeats of the whole pool's reads; readout = pad_batch on the host, "
-                       "copy to the device, decoder, LM head on the read rows, softmax, copy back (read_built); "
-                       "bare = model.model(input_ids, use_cache=False) on the same padded batches already on "
-                       "the device; the emulated rows are timed interleaved with both, their seconds_device "
-                       "up to the copy to the host and their seconds_host after it"),
-            "rows": ROWS, "top_k": TOP_K, "logits_chunk_rows": chunk_rows,
-            "repeats": args.repeats, "batch_sizes": rows, "skipped_batch_sizes": skipped}
+        if progress is not None:
+            progress(out)
+    return out
 
 
 def _row_figures(timed: dict, tokens: int, slot_rate: float | None, slot_probs: list) -> dict:
@@ -262,7 +281,8 @@ def _row_figures(timed: dict, tokens: int, slot_rate: float | None, slot_probs: 
         d, h = statistics.median(t["seconds_device"]), statistics.median(t["seconds_host"])
         r = {"emulation": ROWS[name]["emulation"], "oom": False, "seconds_device": t["seconds_device"],
              "seconds_host": t["seconds_host"], "tokens_per_s_device": tokens / d,
-             "tokens_per_s_host": tokens / h if h > 0 else None, "peak_memory_gib": t["peak_memory_gib"]}
+             "tokens_per_s_host": tokens / h if h > 0 else None, "peak_memory_gib": t["peak_memory_gib"],
+             "peak_reserved_gib": t["peak_reserved_gib"]}
         r["tokens_per_s"] = min(x for x in (r["tokens_per_s_device"], r["tokens_per_s_host"]) if x is not None)
         r["tokens_per_s_serial"] = tokens / (d + h)
         r["ratio_to_slot_only"] = r["tokens_per_s"] / slot_rate if slot_rate else None

@@ -11,12 +11,14 @@ from presdep.bench import cli as bench_cli
 from presdep.contracts.errors import PresdepError
 from presdep.data import synthetic_cli
 from presdep.metrics import cli as metrics_cli
+from presdep.preflight import cli as preflight_cli
 from presdep.rehearsal import cli as rehearsal_cli
 from presdep.report import export_cli, plan_cli, stability_cli
 
 # Modules that add subcommands through a `register(subparsers)` function (imported at the
 # top, so the layering contract sees that the command line sits above them all).
-_COMMAND_MODULES = (bench_cli, synthetic_cli, metrics_cli, stability_cli, export_cli, plan_cli, rehearsal_cli)
+_COMMAND_MODULES = (bench_cli, synthetic_cli, metrics_cli, stability_cli, export_cli, plan_cli, rehearsal_cli,
+                    preflight_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

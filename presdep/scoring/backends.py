@@ -2,11 +2,13 @@
 :mod:`presdep.scoring.vllm_backend`.
 
 The factories ``make_<name>(variant, protocol)`` are what the registry in
-:mod:`presdep.scoring` calls.
+:mod:`presdep.scoring` calls. A batch that runs out of GPU memory is halved and its halves
+read in turn (:func:`read_halving`).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,6 +32,45 @@ from presdep.scoring.read_through import Prepared, readouts_of, request_readouts
 from presdep.scoring.template import DEFAULT_TEMPLATE, SkeletonBuilder, load_template
 
 log = logging.getLogger(__name__)
+
+
+def read_halving(batch: Sequence[int], read: Callable[[list[int]], None], *, cap: int | None,
+                 tokens: Callable[[int], int], where: str) -> tuple[int | None, int]:
+    """Read ``batch`` (prompt indices, in reading order) with ``read``, in parts of at most ``cap``
+    prompts (None: the whole batch); a part that runs out of GPU memory is halved and its halves
+    read in turn. Returns the cap in force after (each halving lowers it: the rest of the job
+    reads at the size that fitted) and the number of halvings.
+
+    A prompt's readout does not depend on the others in its batch (right padding, causal
+    attention), so the result is an uninterrupted read's at the smaller size. Only torch's
+    out-of-memory error is caught; a prompt that runs out alone re-raises it, naming its tokens.
+    """
+    import torch
+
+    oom = torch.cuda.OutOfMemoryError  # torch.OutOfMemoryError: the same class, on CPU builds too
+    size = max(1, cap or len(batch))
+    pending = [list(batch[k : k + size]) for k in range(0, len(batch), size)][::-1]  # a stack: next part last
+    halvings = 0
+    while pending:
+        part = pending.pop()
+        try:
+            read(part)
+            continue
+        except oom as exc:
+            if len(part) == 1:
+                raise oom(f"{where}: out of GPU memory reading one prompt of {tokens(part[0])} tokens alone; "
+                          f"shorten the prompts (max_doc_chars, B) or use a larger GPU") from exc
+        # Outside the except, so the failed read's tensors are gone (its traceback held them).
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        half = (len(part) + 1) // 2
+        log.warning("%s: out of GPU memory reading %d prompts (%d padded tokens); batch halved to %d prompts, "
+                    "kept for the rest of the job", where, len(part), len(part) * max(tokens(i) for i in part), half)
+        cap = half if cap is None else min(cap, half)
+        halvings += 1
+        pending += [part[half:], part[:half]]
+    return cap, halvings
 
 
 class IdentityScorer:
@@ -131,6 +172,9 @@ class TransformersScorer(LazyModel, PromptScorer):
         self.tokens_read = 0
         self._distinct: set[str] = set()
         self.forward = Stopwatch()
+        # After a batch ran out of GPU memory: the most prompts one forward reads, and how often it ran out.
+        self.oom_cap: int | None = None
+        self.oom_halvings = 0
         # Called as on_progress(prompts, tokens) per batch read and per prompt answered without
         # a read (a cache hit, a repeat, another job's read); score_dataset sets it for its bar.
         self.on_progress: Callable[[int, int], None] | None = None
@@ -182,8 +226,8 @@ class TransformersScorer(LazyModel, PromptScorer):
 
         model = self.model  # loads the weights on the first miss, outside the forward stopwatch
         out: list = [None] * len(built)
-        batches = token_batches([len(b.ids) for b in built], self.batch_size, self.batch_tokens)
-        for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
+
+        def read(idx: list[int]) -> None:
             with torch.inference_mode(), self.forward:
                 ids, _, reads, _ = pad_batch([built[i] for i in idx], self.pad_id, self.device)
                 # One head over every grade token the batch reads (a render's scale reads its own);
@@ -204,6 +248,12 @@ class TransformersScorer(LazyModel, PromptScorer):
             self.prompts_read += len(idx)
             self.tokens_read += tokens
             self._progress(len(idx), tokens)
+
+        batches = token_batches([len(b.ids) for b in built], self.batch_size, self.batch_tokens)
+        for idx in tqdm(batches, desc="readout", unit="batch", disable=not self.progress, leave=False):
+            self.oom_cap, halvings = read_halving(idx, read, cap=self.oom_cap, tokens=lambda i: len(built[i].ids),
+                                                  where=f"{self.name} scorer")
+            self.oom_halvings += halvings
         return out
 
     def prepare(self, prompts: Sequence[tuple[str, Sequence[str]] | SlotRequest]) -> list[Prepared]:

@@ -64,6 +64,7 @@ import torch
 
 from presdep.contracts.errors import InvalidInput
 from presdep.scoring.pine_prompt import SegmentedPrompt
+from presdep.scoring.readout import grade_head_logits
 
 MODES = ("causal", "isolated", "pine")
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3")
@@ -286,7 +287,7 @@ def grade_logits(model: Any, layout: Layout, grade_ids: Sequence[int]) -> torch.
     for layer in decoder.layers[: model.config.num_hidden_layers]:
         x = x + _attention(layer.self_attn, layer.input_layernorm(x), layout, allowed, decoder.rotary_emb, cos, sin)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return head(decoder.norm(x[layout.reads]))[..., list(grade_ids)]
+    return grade_head_logits(model, head, decoder.norm(x[layout.reads]), grade_ids)
 
 
 __all__ = ["MODES", "SUPPORTED_MODEL_TYPES", "Layout", "allowed_keys", "build_layout", "check_architecture",

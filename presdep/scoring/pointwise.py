@@ -165,6 +165,8 @@ class MxbaiRerankScorer(PointwiseScorer):
     def score_batch(self, pairs):
         import torch
 
+        from presdep.scoring.readout import grade_head_logits
+
         rows = [self.tokenizer(mxbai_prompt(q, d, self.instruction), add_special_tokens=False)["input_ids"]
                 for q, d in pairs]
         if self.max_length:
@@ -179,7 +181,7 @@ class MxbaiRerankScorer(PointwiseScorer):
             # Right padding under causal attention: real tokens never see a pad.
             hidden = decoder(input_ids=ids.to(self.device), use_cache=False).last_hidden_state
             picked = hidden[torch.arange(len(rows), device=hidden.device), last.to(hidden.device)]
-            logits = head(picked)[:, [self.yes_id, self.no_id]].float()
+            logits = grade_head_logits(self.model, head, picked, [self.yes_id, self.no_id])
         return (logits[:, 0] - logits[:, 1]).tolist()
 
 

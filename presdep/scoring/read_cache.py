@@ -35,9 +35,11 @@ log = logging.getLogger(__name__)
 
 # Bump when the meaning or layout of a stored read changes (it is part of every identity).
 # 2: a per-entry sha256 column and Parquet page checksums. 3: the identity in every
-# entry's checksum and in each shard's metadata. Older shards live under other identity
-# folders (the version is part of the identity key) and are no longer read: a cold cache.
-FORMAT_VERSION = 3
+# entry's checksum and in each shard's metadata. 4: grade logits from the head's grade rows
+# in float32 (presdep.scoring.readout.grade_head_logits), no longer in the model's dtype.
+# Older shards live under other identity folders (the version is part of the identity key)
+# and are no longer read: a cold cache.
+FORMAT_VERSION = 4
 SHARD_SCHEMA = shard_schema(("slots", pa.int32()), ("probs", pa.list_(pa.float64())))
 # How far a slot's probabilities may sum from 1: the readout is a float64 softmax over four
 # logits (presdep.scoring.readout.grade_probs), whose sums are off by a few ulp (~1e-16).

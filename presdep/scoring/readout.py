@@ -1,7 +1,7 @@
 """The one-pass expected-grade readout on a causal LM.
 
 One forward pass over prompt + skeleton; only the hidden states at the read
-positions go through the LM head, and only the four grade logits are kept:
+positions meet the LM head, and only its four grade rows, in float32:
 P(g) = softmax over grades, E[g] = sum g P(g). Because later slots see earlier
 dummy lines under causal attention, this equals reading each prefix separately.
 
@@ -58,20 +58,47 @@ def slot_grade_logits(
     read_positions: torch.Tensor,
     grade_ids: Sequence[int],
 ) -> torch.Tensor:
-    """Logits of the four grade tokens at each read position: [batch, slots, 4].
+    """Float32 (at least) logits of the grade tokens at each read position: [batch, slots, len(grade_ids)].
 
-    Runs the decoder to hidden states, gathers the read positions, and applies
-    the LM head to those rows only (never materialises [batch, length, vocab]).
-    With right padding ``attention_mask`` may be None: the causal mask alone is
-    exact for real tokens, and an explicit mask costs ~35% on CPU (SDPA leaves
+    Runs the decoder to hidden states, gathers the read positions, and multiplies those
+    rows by the grade tokens' rows of the LM head (:func:`grade_head_logits`; never the
+    full vocabulary). With right padding ``attention_mask`` may be None: the causal mask
+    alone is exact for real tokens, and an explicit mask costs ~35% on CPU (SDPA leaves
     its causal fast path).
     """
     decoder, head = _decoder_and_head(model)
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1)
     picked = hidden[rows, read_positions]  # [batch, slots, hidden]
-    logits = head(picked)[..., list(grade_ids)]
-    cap = getattr(model.config, "final_logit_softcapping", None)
+    return grade_head_logits(model, head, picked, grade_ids)
+
+
+def grade_head_logits(model: Any, head: Any, hidden: torch.Tensor, grade_ids: Sequence[int]) -> torch.Tensor:
+    """The LM head's logits of ``grade_ids`` for hidden rows ``[..., hidden]``, in float32 (float64 rows
+    stay float64).
+
+    In the model's dtype a bf16 logit of magnitude 16 or more moves in steps of 0.125, which
+    quantises E[g] and ties slots, the very quantity presdep measures; vLLM's pooling head
+    computes the same rows in float32. So the hidden rows (each already rounded once by the
+    model) and the grade rows of the head are cast up and multiplied in float32, with the
+    model's own post-head transforms (Granite's ``logits_scaling``, Gemma 2's soft cap).
+    Differentiable: training reads through it.
+    """
+    # float32 at least: a float64 model (the gradient equality tests) keeps float64.
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    ids = torch.as_tensor(list(grade_ids), dtype=torch.long, device=head.weight.device)
+    weight = head.weight.index_select(0, ids).to(dtype)
+    # Under a training step's bf16 autocast the matmul would run in bf16 again.
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        logits = hidden.to(dtype) @ weight.to(hidden.device).T
+    bias = getattr(head, "bias", None)
+    if bias is not None:
+        logits = logits + bias.index_select(0, ids).to(dtype).to(hidden.device)
+    config = getattr(model, "config", None)
+    scaling = getattr(config, "logits_scaling", None)
+    if scaling and scaling != 1:
+        logits = logits / scaling  # GraniteForCausalLM divides its logits by it
+    cap = getattr(config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap  # as the model's own forward does
     return logits

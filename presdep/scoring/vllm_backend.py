@@ -136,8 +136,9 @@ class VLLMScorer(PromptScorer):
             self.lora_request = LoRARequest("presdep-adapter", 1, str(adapter))
         if self.readout == "pooling":
             cfg = AutoConfig.from_pretrained(self.model_path, revision=revision)
-            softcap = getattr(cfg.get_text_config(), "final_logit_softcapping", None)
-            why = pooling_refusal(getattr(cfg, "architectures", None), softcap, self.vllm_version, adapter)
+            text = cfg.get_text_config()
+            why = pooling_refusal(getattr(cfg, "architectures", None), getattr(text, "final_logit_softcapping", None),
+                                  self.vllm_version, adapter, getattr(text, "logits_scaling", None))
             if why:
                 raise InvalidInput(f"vllm readout pooling: {why}; {READOUT_OPTION}")
             kw.update(runner="pooling", hf_overrides=pooling_overrides(cfg.architectures,

@@ -58,13 +58,15 @@ def vllm_version_tuple(version: str) -> tuple[int, int]:
 
 
 def pooling_refusal(architectures: Sequence[str] | None, softcap: Any = None, vllm_version: str | None = None,
-                    adapter: str | Path | None = None) -> str | None:
+                    adapter: str | Path | None = None, logits_scaling: Any = None) -> str | None:
     """Why the pooling readout cannot read this model exactly, or None."""
     archs = list(architectures or [])
     if len(archs) != 1 or not archs[0].endswith("ForCausalLM"):
         return f"the model's architectures {archs} are not one *ForCausalLM (the grade classifier is built from one)"
     if softcap:  # the model caps its logits (Gemma 2); vLLM's classifier would not
         return f"the model caps its logits (final_logit_softcapping={softcap}); the classifier rows would not"
+    if logits_scaling and logits_scaling != 1:  # Granite divides its logits; the classifier rows would not
+        return f"the model scales its logits (logits_scaling={logits_scaling}); the classifier rows would not"
     if vllm_version is not None and vllm_version_tuple(vllm_version) < POOLING_MIN_VLLM:
         return f"vLLM {vllm_version} predates {'.'.join(map(str, POOLING_MIN_VLLM))} (PoolerConfig(task=...))"
     if adapter is not None and (head := adapter_head_modules(adapter)):

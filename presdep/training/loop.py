@@ -6,7 +6,8 @@ Layout of one run (``out_dir`` = ``results/models/<student>/seed<seed>/``)::
     checkpoints/step000010/trainer.pt    optimizer + RNG state + step (latest checkpoint only)
     checkpoints/step000010/log.json      train-log rows up to that step
     adapter/                             the final adapter
-    train_log.parquet                    step, loss terms, lr, tokens, held-out nDCG@10 and score spread (eval steps)
+    train_log.parquet                    step, loss terms, lr, tokens, out-of-memory retries, held-out nDCG@10
+                                         and score spread (eval steps)
     heldout.parquet                      step, query_id, ndcg10 (per query, at eval steps)
     done.json                            settings, view seeds, held-out figures, checkpoints; written last,
                                          with a digest (presdep.contracts.json_artifacts)
@@ -64,6 +65,7 @@ from presdep.training.objectives import (
     slot_propensity_weights,
     view_seeds_for,
 )
+from presdep.training.oom import prefer_expandable_segments
 from presdep.training.readout_grad import GradReadout, ReadoutScorer
 from presdep.training.train_step import (
     EpochItems,
@@ -76,9 +78,12 @@ from presdep.training.train_step import (
 
 log = logging.getLogger(__name__)
 
+# oom_retries: the step's restarts after running out of GPU memory; oom_budget: the micro-batch budget
+# (padded tokens) they lowered the run to, null before any (presdep.training.oom).
 LOG_COLUMNS = ("step", "epoch", "loss", "supervised", "consistency", "lambda", "lr", "grad_norm", "tokens",
-               "padded_tokens", "micro_batches", "seconds", "heldout_ndcg10", "heldout_score_std")
-_INT_COLUMNS = ("step", "epoch", "tokens", "padded_tokens", "micro_batches")
+               "padded_tokens", "micro_batches", "seconds", "oom_retries", "oom_budget", "heldout_ndcg10",
+               "heldout_score_std")
+_INT_COLUMNS = ("step", "epoch", "tokens", "padded_tokens", "micro_batches", "oom_retries", "oom_budget")
 
 
 # ----------------------------------------------------------------- data
@@ -212,6 +217,9 @@ def _resume(run: TrainState, frames: Sequence[pl.DataFrame | None]) -> None:
         return
     run.rows, run.heldout_rows, run.start = restore_checkpoint(ckpt, run.model, run.optimizer)
     run.resumed = True
+    # The budget out-of-memory retries lowered the run to stays lowered: the resumed steps cut as the
+    # uninterrupted run's did.
+    run.oom_budget = run.rows[-1].get("oom_budget") if run.rows else None
     log.info("resuming from %s (step %d of %d)", ckpt, run.start, run.s.steps)
 
 
@@ -377,6 +385,7 @@ def train_student_files(
     training dataset's protocol)."""
     if threads:
         torch.set_num_threads(int(threads))
+    prefer_expandable_segments()  # before the model reaches the GPU (CUDA's allocator starts then)
     s = student
     model, tok = load_model(str(model_dir), device=s.device, dtype=s.dtype)
     prov = dict(provenance or {})

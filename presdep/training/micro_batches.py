@@ -13,7 +13,8 @@ The budget: ``micro_batch_tokens`` when the settings give a number; on CUDA with
 ``auto``, the largest the memory model (:mod:`presdep.training.memory_model`) fits in
 the GPU's memory (``gpu_mem_gb``, else ``torch.cuda.mem_get_info``) less
 ``memory_margin``; elsewhere none (the whole step in one pass, in item order: the CPU
-default reads exactly as before).
+default reads exactly as before). After an out-of-memory error the run's budget is at most
+half the one that ran out (:mod:`presdep.training.oom`).
 """
 
 from __future__ import annotations
@@ -40,16 +41,20 @@ class MicroBatch:
     padded_tokens: int
 
 
-def cut_micro_batches(sizes: Sequence[tuple[int, int]], budget: int | None) -> list[MicroBatch]:
+def cut_micro_batches(sizes: Sequence[tuple[int, int]], budget: int | None,
+                      cap: int | None = None) -> list[MicroBatch]:
     """Micro-batches of items with ``sizes[i] = (prompts, longest prompt's tokens)``.
 
-    ``budget`` None: one micro-batch of every item in order. Otherwise items sorted by
-    length (ties by index), each micro-batch the longest run whose padded tokens fit.
-    An item that alone exceeds the budget raises :class:`StepDoesNotFit` (the caller
-    names the job).
+    ``budget`` and ``cap`` None: one micro-batch of every item in order. Otherwise items
+    sorted by length (ties by index), each micro-batch the longest run whose padded tokens
+    fit the smaller of the two. An item that alone exceeds ``budget`` raises
+    :class:`StepDoesNotFit` (the caller names the job); ``cap`` is the budget an
+    out-of-memory retry lowered the run to (:mod:`presdep.training.oom`), and an item
+    above it is read alone rather than refused (it may fit where it shared memory before).
     """
     n = len(sizes)
-    if budget is None:
+    limit = budget_in_force(budget, cap)
+    if limit is None:
         longest = max((length for _, length in sizes), default=0)
         prompts = sum(p for p, _ in sizes)
         return [MicroBatch(tuple(range(n)), prompts, prompts * longest)]
@@ -59,13 +64,14 @@ def cut_micro_batches(sizes: Sequence[tuple[int, int]], budget: int | None) -> l
     prompts = 0
     for i in order:
         p, length = sizes[i]
-        if p * length > budget:
+        if budget is not None and p * length > budget:
             raise StepDoesNotFit(f"one training item ({p} prompt(s) of {length} tokens = {p * length} padded "
                                  f"tokens) exceeds the micro-batch budget of {budget} tokens; its views must be "
                                  f"read together: raise micro_batch_tokens (auto: the memory model's budget on "
                                  f"CUDA; presdep plan shows it) or shorten the prompts (max_doc_chars, B)")
-        # Sorted ascending: this item's length is the micro-batch's new longest prompt.
-        if cur and (prompts + p) * length > budget:
+        # Sorted ascending: this item's length is the micro-batch's new longest prompt (and an
+        # item above the cap closes the run before it and the one after it: it goes alone).
+        if cur and (prompts + p) * length > limit:
             out.append(_closed(cur, prompts, sizes))
             cur, prompts = [], 0
         cur.append(i)
@@ -73,6 +79,13 @@ def cut_micro_batches(sizes: Sequence[tuple[int, int]], budget: int | None) -> l
     if cur:
         out.append(_closed(cur, prompts, sizes))
     return out
+
+
+def budget_in_force(budget: int | None, cap: int | None) -> int | None:
+    """The padded tokens a micro-batch may hold: the smaller of ``budget`` and ``cap`` (None: no limit)."""
+    if budget is None or cap is None:
+        return cap if budget is None else budget
+    return min(budget, cap)
 
 
 def _closed(items: list[int], prompts: int, sizes: Sequence[tuple[int, int]]) -> MicroBatch:
@@ -129,5 +142,5 @@ def token_budget(s: Any, *, model_config: Any, device_type: str, device_bytes: i
     return budget
 
 
-__all__ = ["GIB", "MicroBatch", "StepDoesNotFit", "checkpointing_on", "pad_mask_on", "cut_micro_batches",
-           "memory_settings", "token_budget"]
+__all__ = ["GIB", "MicroBatch", "StepDoesNotFit", "budget_in_force", "checkpointing_on", "pad_mask_on",
+           "cut_micro_batches", "memory_settings", "token_budget"]

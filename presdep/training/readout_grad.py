@@ -10,7 +10,8 @@ The forward pass is the scoring package's differentiable
 ``slot_grade_logits`` (decoder hidden states at the read positions through the LM
 head, four grade logits kept; right-padded batches), so teacher, student and
 evaluation read exactly the same numbers; this module adds E[g] with gradients
-and a batched no-grad scorer.
+and a batched no-grad scorer (whose batches are halved when they run out of GPU memory,
+as the transformers scorer's are).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from presdep.contracts.readouts import GradeReadout, PromptScorer
+from presdep.scoring.backends import read_halving
 from presdep.scoring.readout import pad_batch, slot_grade_logits
 from presdep.scoring.template import PromptIds, SkeletonBuilder
 
@@ -94,6 +96,8 @@ class ReadoutScorer(PromptScorer):
         self.batch_prompts = int(batch_prompts)
         self.masked = bool(masked)
         self.template_sha256 = self.readout.template_sha256
+        # After a batch ran out of GPU memory: the most prompts one forward reads.
+        self.oom_cap: int | None = None
 
     def describe(self) -> dict:
         return {"scorer": self.name, "template_sha256": self.template_sha256}
@@ -106,13 +110,17 @@ class ReadoutScorer(PromptScorer):
         built = self.readout.build(prompts)
         order = sorted(range(len(built)), key=lambda i: (len(built[i].ids), i))
         out: list[list[GradeReadout] | None] = [None] * len(built)
+
+        def read(part: list[int]) -> None:
+            for i, logits in zip(part, self.readout.grade_logits([built[i] for i in part], masked=self.masked)):
+                p = torch.softmax(logits.double(), dim=-1).cpu()
+                e = (p @ torch.tensor(GRADE_VALUES, dtype=torch.float64)).tolist()
+                out[i] = [GradeReadout(float(s), tuple(float(x) for x in row)) for s, row in zip(e, p.tolist())]
+
         try:
             for start in range(0, len(order), self.batch_prompts):
-                part = order[start : start + self.batch_prompts]
-                for i, logits in zip(part, self.readout.grade_logits([built[i] for i in part], masked=self.masked)):
-                    p = torch.softmax(logits.double(), dim=-1).cpu()
-                    e = (p @ torch.tensor(GRADE_VALUES, dtype=torch.float64)).tolist()
-                    out[i] = [GradeReadout(float(s), tuple(float(x) for x in row)) for s, row in zip(e, p.tolist())]
+                self.oom_cap, _ = read_halving(order[start : start + self.batch_prompts], read, cap=self.oom_cap,
+                                               tokens=lambda i: len(built[i].ids), where=f"{self.name} scorer")
         finally:
             if was_training:
                 self.readout.model.train()

@@ -5,7 +5,8 @@ The step reads its ``batch_chunks`` training items in micro-batches
 micro-batch's loss divides by the whole step's denominators, so the step's gradient
 is the unsplit one's (to float rounding). LoRA matmuls run in bfloat16 by autocast
 when the settings ask (master weights and AdamW state stay float32); the padding mask
-is passed or not as :func:`pad_mask_on` says.
+is passed or not as :func:`pad_mask_on` says. A step that runs out of GPU memory is cut
+again with half the budget and re-run from its start (:mod:`presdep.training.oom`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import random_shuffle, stable_seed
 from presdep.training.micro_batches import (
     StepDoesNotFit,
+    budget_in_force,
     cut_micro_batches,
     token_budget,
 )
 from presdep.training.objectives import Objective, QueryList, TrainItem
+from presdep.training.oom import OOM_ERRORS, StepAttempts
 from presdep.training.readout_grad import GradReadout, ReadoutScorer
 
 
@@ -93,6 +96,8 @@ class TrainState:
     heldout_rows: list[dict] = field(default_factory=list)
     start: int = 0
     resumed: bool = False
+    # The micro-batch budget out-of-memory retries lowered the run to (None: none yet); it only falls.
+    oom_budget: int | None = None
 
 
 @dataclass
@@ -148,7 +153,11 @@ def _accepts_norms(objective: Objective) -> bool:
 
 def train_step(run: TrainState, step: int) -> tuple[dict, float]:
     """One optimiser step (0-based ``step``), its gradient accumulated over micro-batches; returns its
-    train-log row (held-out columns empty) and its loss."""
+    train-log row (held-out columns empty) and its loss.
+
+    An out-of-memory error restarts the step with half the budget (``run.oom_budget``, kept for
+    the rest of the run): the gradient is then a clean run's at that budget (see
+    :mod:`presdep.training.oom`); the row counts the retries (``oom_retries``)."""
     s = run.s
     t0 = time.perf_counter()
     for g in run.optimizer.param_groups:
@@ -157,10 +166,41 @@ def train_step(run: TrainState, step: int) -> tuple[dict, float]:
     batch = _step_batch(run, picks)
     built = [run.readout.build([(run.queries[it.query].query, [run.queries[it.query].docs[i] for i in view])
                                 for view in it.views]) for it in batch]
-    try:
-        micro = cut_micro_batches([(len(v), max(len(b.ids) for b in v)) for v in built], _step_budget(run, built, step))
-    except StepDoesNotFit as exc:
-        raise StepDoesNotFit(f"train_student {run.out_dir} step {step + 1}: {exc}") from None
+    sizes = [(len(v), max(len(b.ids) for b in v)) for v in built]
+    where = f"train_student {run.out_dir} step {step + 1}"
+    budget = _step_budget(run, built, step)
+    attempts = StepAttempts(where, run.device, sizes)
+    while True:
+        try:
+            micro = cut_micro_batches(sizes, budget, run.oom_budget)
+        except StepDoesNotFit as exc:
+            raise StepDoesNotFit(f"{where}: {exc}") from None
+        try:
+            parts = _accumulate(run, step, batch, built, micro, attempts)
+            break
+        except OOM_ERRORS as exc:
+            new_budget = attempts.smaller_budget(budget_in_force(budget, run.oom_budget), micro, exc)
+        # Outside the except: the error's traceback (and the attempt's tensors it holds) is gone.
+        run.optimizer.zero_grad(set_to_none=True)
+        run.oom_budget = new_budget
+        attempts.restart()
+    gnorm = torch.nn.utils.clip_grad_norm_(run.params, float(s.max_grad_norm))
+    run.optimizer.step()
+    row = {
+        "step": step + 1, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
+        "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
+        "lr": run.optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
+        "tokens": sum(len(b.ids) for v in built for b in v), "padded_tokens": sum(m.padded_tokens for m in micro),
+        "micro_batches": len(micro), "seconds": time.perf_counter() - t0,
+        "oom_retries": attempts.retries, "oom_budget": run.oom_budget,
+        "heldout_ndcg10": None, "heldout_score_std": None,
+    }
+    return row, parts["loss"]
+
+
+def _accumulate(run: TrainState, step: int, batch: Sequence[TrainItem], built: Sequence[Sequence[Any]],
+                micro: Sequence[Any], attempts: StepAttempts) -> dict[str, Any]:
+    """The step's gradient, accumulated over ``micro`` from zero; returns the step's loss terms."""
     if len(micro) > 1 and not _accepts_norms(run.objective):
         raise InvalidInput(f"objective {run.objective.name!r}: its loss takes no step normalizers (norms=), so its "
                            f"steps cannot be split into {len(micro)} micro-batches; set micro_batch_tokens higher")
@@ -168,6 +208,7 @@ def train_step(run: TrainState, step: int) -> tuple[dict, float]:
     run.optimizer.zero_grad(set_to_none=True)
     parts: dict[str, Any] = {}
     for mb in micro:
+        attempts.reading = mb
         items = [batch[i] for i in mb.items]
         with _compute_context(run):
             flat = run.readout.expected_from_built([b for i in mb.items for b in built[i]], masked=run.masked)
@@ -181,17 +222,7 @@ def train_step(run: TrainState, step: int) -> tuple[dict, float]:
             loss, mb_parts = run.objective.loss(run.queries, items, scores, step, norms=norms)
         loss.backward()
         _add_parts(parts, mb_parts)
-    gnorm = torch.nn.utils.clip_grad_norm_(run.params, float(s.max_grad_norm))
-    run.optimizer.step()
-    row = {
-        "step": step + 1, "epoch": picks[0][0], "loss": parts["loss"], "supervised": parts["supervised"],
-        "consistency": parts.get("consistency"), "lambda": parts.get("lambda"),
-        "lr": run.optimizer.param_groups[0]["lr"], "grad_norm": float(gnorm),
-        "tokens": sum(len(b.ids) for v in built for b in v), "padded_tokens": sum(m.padded_tokens for m in micro),
-        "micro_batches": len(micro), "seconds": time.perf_counter() - t0,
-        "heldout_ndcg10": None, "heldout_score_std": None,
-    }
-    return row, parts["loss"]
+    return parts
 
 
 def _add_parts(total: dict[str, Any], parts: Mapping[str, Any]) -> None:

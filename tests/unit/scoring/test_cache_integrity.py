@@ -255,11 +255,13 @@ def test_a_changed_answer_text_is_quarantined_and_missed(tmp_path, caplog):
 
 
 def test_format_versions_were_bumped(tmp_path):
-    """Shards of the older formats (no checksum; a checksum without the identity) live under
-    other identity folders and are not read: a cold cache."""
-    for cls in (ReadCache, AnswerCache):
+    """Shards of the older formats (no checksum; a checksum without the identity; reads of
+    grade logits in the model's dtype) live under other identity folders and are not read: a
+    cold cache."""
+    for cls, version in ((ReadCache, 4), (AnswerCache, 3)):
         c = cls(tmp_path, IDENT)
-        assert cls.FORMAT_VERSION == 3 and c.key not in {identity_key(c.identity, v) for v in (1, 2)}
+        assert cls.FORMAT_VERSION == version
+        assert c.key not in {identity_key(c.identity, v) for v in range(1, version)}
         assert c.SCHEMA.field(CHECKSUM_COLUMN).type == pa.binary(32)
         c.put("k", TEXTS["k-paris"] if cls is AnswerCache else softmax_entries([1])["00" + "ab" * 31])
         shard = c.flush()

@@ -1,8 +1,10 @@
-"""benchmarks/gpu.py: the tiny shape on the CPU gives every part's figures (the slot-only readout and
-the two emulated vLLM readouts beside it, random-weight labels on parts 2-3, the rates block that
-``presdep plan --rates`` reads), and it runs where only a stock GPU image's packages are (polars,
-jsonschema and the workflow's tools hidden); its tau-PSI discordance agrees with scipy's Kendall tau
-and with presdep's own tau-PSI on untied scores."""
+"""benchmarks/gpu.py: the tiny shape on the CPU (the smoke run) gives every part's figures (the
+slot-only readout and the two emulated vLLM readouts beside it, the bf16 head against float32 grade
+rows, random-weight labels, allocated and reserved peaks, LoRA settings with float32 and bf16
+adapters timed over two steps, the rates block that ``presdep plan --rates`` reads), in the budget's
+cheapest-first order; it runs where only a stock GPU image's packages are (polars, jsonschema and the
+workflow's tools hidden); its tau-PSI discordance agrees with scipy's Kendall tau and with presdep's
+own tau-PSI on untied scores."""
 
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ SCRIPT = REPO / "benchmarks" / "gpu.py"
 RATE_KEYS = {"device", "readout_slot_tokens_per_s", "readout_full_vocab_tokens_per_s",
              "readout_grade_rows_tokens_per_s", "train_tokens_per_s", "matmul_bf16_flops_per_s"}
 READOUT_ROWS = ("slot_only", "full_vocab_per_position", "grade_rows_per_position")
+PARTS = ("precision", "grade_logits", "score_job", "noise", "readout", "lora")  # cheapest first
+# (checkpointing, padding mask, adapter weights, dropout) of the LoRA settings, in run order
+LORA_SETTINGS = [(True, False, "float32", 0.05), (True, False, "bfloat16", 0.0), (False, False, "float32", 0.05),
+                 (True, True, "float32", 0.05), (True, False, "float32 + autocast", 0.0)]
 # Installed here but not on a stock GPU image (or never needed by parts 1-4 there).
 NOT_ON_GPU_IMAGE = ("polars", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "snakemake", "vllm",
                     "pytrec_eval", "gguf")
@@ -63,13 +69,14 @@ def tiny_run(tmp_path_factory):
 
 def test_tiny_run_has_every_part(tiny_run):
     r, stdout = tiny_run
-    assert set(r["parts"]) == {"readout", "precision", "noise", "lora", "score_job"}
+    assert set(r["parts"]) == set(PARTS) and not any("partial" in p for p in r["parts"].values())
     assert r["skipped"] == {}
-    assert all(_finite_pos(s) for s in r["elapsed_s_per_part"].values()) and len(r["elapsed_s_per_part"]) == 5
+    assert all(_finite_pos(s) for s in r["elapsed_s_per_part"].values())
+    assert tuple(r["elapsed_s_per_part"]) == PARTS == tuple(r["budget"]["order"])  # the order they ran in
     env = r["environment"]
     assert env["torch"] and env["transformers"] and env["device"] == "cpu"
     assert r["shape"]["layers"] == 2 and r["shape"]["B"] == 20 and r["model_class"] == "Qwen3ForCausalLM"
-    assert "figures written to" in stdout and "1. readout" in stdout
+    assert "figures written to" in stdout and "readout: " in stdout and "grade_logits: " in stdout
 
 
 def test_readout_throughput_and_overhead(tiny_run):
@@ -217,10 +224,11 @@ def test_lora_step_and_score_job(tiny_run):
     lo = parts["lora"]
     assert lo["lora"]["r"] == 16 and lo["lora"]["alpha"] == 32 and len(lo["lora"]["target_modules"]) == 6
     assert lo["batch_chunks"] == 4 and lo["prompts_per_step"] == 8 and lo["objective"]["objective"] == "oc_sft"
-    assert [(s["gradient_checkpointing"], s["padding_mask"]) for s in lo["settings"]] == [
-        (True, False), (True, True), (False, False)]
+    assert [(s["gradient_checkpointing"], s["padding_mask"], s["adapter_weights"], s["dropout"])
+            for s in lo["settings"]] == LORA_SETTINGS
     for s in lo["settings"]:
         assert s["fits"] and not s["oom"] and _finite_pos(s["seconds_per_step"]) and _finite_pos(s["tokens_per_s"])
+        assert s["adapter_param_dtype"] == ("bfloat16" if s["adapter_weights"] == "bfloat16" else "float32")
         # the tiny run's device size makes the step split, as the memory model's budget cuts it
         assert s["micro_batches"] >= 2 and s["padded_tokens"] <= s["micro_batches"] * s["micro_batch_tokens"]
         assert _finite_pos(s["predicted_peak_gib"]) and s["peak_memory_gib"] is None  # measured on CUDA only
@@ -254,9 +262,9 @@ def test_runs_with_only_a_stock_gpu_image(tmp_path):
 
 def test_seconds_budget_stops_at_a_part_boundary(tmp_path):
     out = tmp_path / "gpu.json"
-    r = _load_module().main(["--device", "cpu", "--tiny", "--seconds-budget", "0", "--out", str(out)])
+    r = _load_module().main(["--device", "cpu", "--tiny", "--budget-s", "0", "--out", str(out)])
     assert json.loads(out.read_text())["skipped"] == r["skipped"]
-    assert set(r["skipped"]) == {"readout", "precision", "noise", "lora", "score_job"}
+    assert set(r["skipped"]) == set(PARTS) and r["seconds_budget"] == r["budget"]["seconds"] == 0
     assert all("seconds budget" in why for why in r["skipped"].values())
     assert r["rates"] == dict.fromkeys(RATE_KEYS) | {"device": "cpu"}  # null: no part ran
 
@@ -294,3 +302,139 @@ def test_tau_psi_of_reads_matches_presdep_and_scipy():
     assert mod.tau_psi_of_reads(np.stack([reads[0]] * 3)) == 0.0
     with pytest.raises(ValueError):
         mod.tau_psi_of_reads(reads[:1])
+
+
+def test_allocated_and_reserved_peaks_per_setting(tiny_run):
+    """Every readout row and LoRA setting records both peaks (null off CUDA)."""
+    parts = tiny_run[0]["parts"]
+    for b in parts["readout"]["batch_sizes"]:
+        for key in ("peak_memory_gib_readout", "peak_memory_gib_bare", "peak_reserved_gib_readout",
+                    "peak_reserved_gib_bare"):
+            assert key in b and b[key] is None
+        assert all(r["peak_memory_gib"] is None and r["peak_reserved_gib"] is None for r in b["rows"].values())
+    for s in parts["lora"]["settings"]:
+        assert s["peak_memory_gib"] is None and s["peak_reserved_gib"] is None
+        assert s["measured_over_predicted"] is None and s["reserved_over_predicted"] is None
+    assert "max_memory_reserved" in parts["lora"]["memory"] and "max_memory_reserved" in parts["readout"]["memory"]
+
+
+def test_lora_settings_time_two_steps(tiny_run):
+    lo = tiny_run[0]["parts"]["lora"]
+    assert lo["steps_per_setting"] == 2
+    for s in lo["settings"]:
+        times = s["seconds_per_step_all"]
+        assert len(times) == 2 and all(_finite_pos(t) for t in times)
+        assert (s["seconds_first_step"], s["seconds_last_step"]) == (times[0], times[1])
+        assert s["seconds_per_step"] == pytest.approx(sum(times) / 2)
+        assert s["tokens_per_s"] == pytest.approx(lo["tokens_per_step"] / times[1])  # the step after the warm-up
+        assert s["tokens_per_s_mean"] == pytest.approx(lo["tokens_per_step"] / s["seconds_per_step"])
+    bf16 = lo["settings"][1]
+    assert (bf16["adapter_dtype"], bf16["adapter_param_dtype"], bf16["dropout"]) == ("bfloat16", "bfloat16", 0.0)
+
+
+def test_set_adapters_casts_and_drops_dropout():
+    import torch
+
+    mod = _load_module()
+    from gpu_common import build_model
+    from gpu_training import LORA_TARGETS, set_adapters
+
+    from presdep.training.lora import add_lora
+
+    model = build_model(mod.TINY, torch.device("cpu"), torch.float32, 0)
+    peft_model = add_lora(model, {"r": 4, "alpha": 8, "dropout": 0.05, "target_modules": LORA_TARGETS}, seed=1)
+
+    def state():
+        drops = [type(d).__name__ for m in peft_model.modules()
+                 if isinstance(getattr(m, "lora_dropout", None), torch.nn.ModuleDict) for d in m.lora_dropout.values()]
+        dtypes = {p.dtype for p in peft_model.parameters() if p.requires_grad}
+        return set(drops), dtypes
+
+    assert state() == ({"Dropout"}, {torch.float32})
+    set_adapters(peft_model, torch.bfloat16, 0.0)
+    assert state() == ({"Identity"}, {torch.bfloat16})  # as LoraConfig(lora_dropout=0) builds it
+    assert all(p.dtype == torch.float32 for n, p in peft_model.named_parameters() if "lora_" not in n)
+    set_adapters(peft_model, torch.float32, 0.05)
+    assert state() == ({"Dropout"}, {torch.float32})
+
+
+def test_grade_logits_bf16_head_against_fp32_rows(tiny_run):
+    gl = tiny_run[0]["parts"]["grade_logits"]
+    assert gl["weights"] == "random" and gl["slots"] == gl["prompts"] * 20 == 80
+    # the bf16 head rounds each logit: a difference, and small against the logits
+    assert 0 < gl["max_abs_logit_diff"] < 0.01 * max(1.0, gl["max_abs_logit"])
+    assert 0 < gl["max_abs_eg_diff"] < 0.05 and gl["mean_abs_eg_diff"] <= gl["max_abs_eg_diff"]
+    for key in ("tied_fraction_bf16_head", "tied_fraction_fp32_rows", "mean_discordance"):
+        assert 0.0 <= gl[key] <= 1.0
+    assert gl["tied_fraction_fp32_rows"] == 0.0  # float32 rows of a random model: no two slots alike
+    assert set(gl["shifted_logits"]) == {"16", "32"}
+    # at a larger magnitude bf16 steps are coarser: more ties, a larger E[g] error
+    s16, s32 = gl["shifted_logits"]["16"], gl["shifted_logits"]["32"]
+    assert s32["max_abs_logit_diff"] >= s16["max_abs_logit_diff"] > gl["max_abs_logit_diff"]
+    assert s32["tied_fraction_bf16_head"] >= s16["tied_fraction_bf16_head"]
+
+
+def test_tied_fraction_and_compare():
+    _load_module()
+    from gpu_logits import compare, tied_fraction
+
+    assert tied_fraction(np.array([1.0, 1.0, 2.0, 3.0])) == 0.5
+    assert tied_fraction(np.array([1.0, 2.0, 3.0])) == 0.0 and tied_fraction(np.zeros(4)) == 1.0
+    a = np.array([[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0], [3.0, 2.0, 1.0, 0.0]])
+    b = a + np.array([[0.0, 0.0, 0.0, 0.5], [0.0] * 4, [0.0] * 4])
+    out = compare([a], [b])
+    assert out["max_abs_logit_diff"] == 0.5 and out["max_abs_eg_diff"] > 0
+    assert out["tied_fraction_bf16_head"] == 2 / 3 and out["tied_fraction_fp32_rows"] == 0.0
+
+
+def test_parts_run_cheapest_first_and_lora_last():
+    mod = _load_module()
+    assert mod.PART_ORDER == PARTS and mod.PART_ORDER[-1] == "lora"
+    costs = [mod.PART_COST_S[k] for k in mod.PART_ORDER]
+    assert costs == sorted(costs)
+    # the H200 run's parts before score_job cost far less than the default budget
+    assert sum(costs[: PARTS.index("score_job") + 1]) < 60 and sum(costs) < 540
+    assert mod.skip_reason("noise", 100.0, 1.0) is None and mod.skip_reason("lora", 61.0, 1.0) is None
+    assert "estimated 60 s" in mod.skip_reason("lora", 59.0, 1.0)
+    assert "spent" in mod.skip_reason("precision", -1.0, 0.0) and mod.skip_reason("readout", 0.5, 0.0) is None
+
+
+def test_budget_skips_what_its_estimate_does_not_fit(tmp_path, monkeypatch):
+    """Full-shape estimates on the tiny model with 12 s: the two cheapest parts run, the rest are skipped
+    with the reason, each skip on disk; the old flag name still works."""
+    mod = _load_module()
+    monkeypatch.setitem(mod.TINY, "cost_scale", 1.0)
+    out = tmp_path / "gpu.json"
+    r = mod.main(["--device", "cpu", "--tiny", "--threads", "1", "--seconds-budget", "12", "--out", str(out)])
+    assert r["budget"]["seconds"] == 12 and r["budget"]["estimated_s"] == mod.PART_COST_S
+    assert list(r["elapsed_s_per_part"]) == ["precision", "grade_logits"]
+    assert set(r["skipped"]) == {"score_job", "noise", "readout", "lora"}
+    for name, why in r["skipped"].items():
+        assert "seconds budget" in why and "estimated" in why and r["parts"][name] == {"skipped": why}
+    assert json.loads(out.read_text())["skipped"] == r["skipped"]
+
+
+def test_divisible_parts_run_their_first_piece_then_stop_at_the_deadline():
+    """Past the deadline readout still measures its first batch size and lora its first setting (the
+    part was started because that fitted); the rest are skipped; each finished piece is handed on."""
+    import argparse
+
+    import torch
+
+    mod = _load_module()
+    from gpu_common import SyntheticPrompts, build_model
+    from gpu_readout import part_readout
+    from gpu_training import part_training
+
+    shape, device = dict(mod.TINY, pool=4, lora_chunks=2), torch.device("cpu")
+    rng = np.random.default_rng(0)
+    model = build_model(shape, device, torch.float32, 0)
+    synth = SyntheticPrompts(shape["vocab"], shape["B"], shape["prefix"], shape["header"], rng)
+    pool = synth.pool(shape["pool"], shape["len_lo"], shape["len_hi"])
+    args = argparse.Namespace(batch_sizes=[1, 2], repeats=1, lora_steps=2)
+    seen: list = []
+    ro = part_readout(model, synth, pool, shape, args, device, 0.0, lambda p: seen.append(len(p["batch_sizes"])))
+    assert [b["batch_size"] for b in ro["batch_sizes"]] == [1] and ro["skipped_batch_sizes"] == [2] and seen == [1]
+    lo = part_training(model, synth, shape, args, device, rng, 0.0, lambda p: seen.append(len(p["settings"])))
+    assert "tokens_per_s" in lo["settings"][0] and len(lo["settings"]) == len(LORA_SETTINGS)
+    assert all("seconds budget" in s["skipped"] for s in lo["settings"][1:]) and seen == [1, 1]
