@@ -20,7 +20,7 @@ RESERVED_RUN_NAMES = frozenset({
     "controls.csv", "controls.md", "controls_counts.csv", "width.csv", "width.md",
     "pool", "pool_metrics", "pool_perturbation.csv", "pool_perturbation.md", "pool_contrasts.csv",
     "context", "context_metrics", "context_decomposition.csv", "context_decomposition.md",
-    "render", "render_metrics", "render_perturbations.csv", "render_perturbations.md",
+    "render", "render_metrics", "render_perturbations.csv", "render_perturbations.md", "preflight",
     "figure1.png", "figure1.svg", "position_profile.png",
     "position_profile.svg", "README.md", "report.html", "table1.csv", "table1.md", "table1_counts.csv",
 })

@@ -109,7 +109,7 @@ def score_micro_job(cfg: WorkflowConfig, resources: Path, prompts: int = 4) -> M
     _sync(device)
     seconds = time.perf_counter() - start
     tokens = int(scorer.tokens_read - before) if before is not None else 0
-    path = VLLM_PATHS[entry.get("readout", "pooling")] if v.scorer == "vllm" else "slot"
+    path = VLLM_PATHS[entry["readout"]] if v.scorer == "vllm" else "slot"
     return MicroJob("score", f"variant {name} ({v.scorer}, model {v.model}) on {dataset}'s protocol, B={protocol.B}",
                     str(device), prompts, tokens, seconds, tokens / seconds if tokens and seconds else None,
                     {"readout_path": path, "model": v.model, "B": protocol.B, "doc_chars": chars})
@@ -184,16 +184,18 @@ def train_micro_job(cfg: WorkflowConfig, resources: Path, plans: Sequence[Traini
 
 def reader_micro_job(cfg: WorkflowConfig, resources: Path) -> MicroJob | None:
     """One generation batch of the QA reader (greedy, ``max_new_tokens``)."""
-    settings = thaw(cfg.reader)
-    model_name = settings.get("model")
+    reader_cfg = thaw(cfg.reader)
+    model_name = reader_cfg.get("model")
     if not model_name:
         return None
-    spec = {**thaw(cfg.model(model_name)), **settings}
+    # As rules/reader.smk gives them: the model entry's device and dtype unless the reader sets its own.
+    model_spec = thaw(cfg.model(model_name))
+    settings = {**{k: model_spec[k] for k in ("device", "dtype") if k in model_spec}, **reader_cfg}
     folder = str(resources / "models" / model_name)
-    device = str(resolve_device(spec.get("device", "auto")))
-    model = load_causal_lm(folder, device=device, dtype=spec.get("dtype", "auto"), inference=True)
-    batch = int(settings.get("batch_size", 8))
-    reader = FrozenReader(model, load_tokenizer(folder), max_new_tokens=int(settings.get("max_new_tokens", 16)),
+    device = str(resolve_device(settings["device"]))
+    model = load_causal_lm(folder, device=device, dtype=settings["dtype"], inference=True)
+    batch = int(settings["batch_size"])
+    reader = FrozenReader(model, load_tokenizer(folder), max_new_tokens=int(settings["max_new_tokens"]),
                           batch_size=batch)
     items = [(f"Where was the {WORDS[k % len(WORDS)]} signed?", passages(3, 400, seed=200 + k)) for k in range(batch)]
     reader.generate_for(items[:1])  # warm-up
