@@ -115,12 +115,11 @@ def base_model(fields: dict, layers: int, base_dtype: str):
 
 def prepare(base, s: mm.MemorySettings):
     """A copy of ``base`` set up as training runs it under settings ``s`` (LoRA as add_lora does)."""
-    from presdep.training.lora import add_lora
+    from presdep.training.lora import add_lora, enable_checkpointing
 
     model = copy.deepcopy(base)
     if s.checkpoint_every_layers:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False},
-                                              every_n_layers=s.checkpoint_every_layers)
+        enable_checkpointing(model, s.checkpoint_every_layers)
     if s.lora_r == 0:
         for p in model.parameters():
             p.requires_grad_(False)

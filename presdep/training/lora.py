@@ -6,6 +6,7 @@ the tests and by the benchmark when the real model is not fetched.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,11 +31,16 @@ def lora_settings(spec: Mapping[str, Any] | None) -> dict:
 
 
 def enable_checkpointing(model: Any, every_n_layers: int = 1) -> None:
-    """Activation checkpointing of every n-th decoder layer, through transformers' current API."""
+    """Activation checkpointing of every n-th decoder layer (layers 0, n, 2n, ...), through
+    transformers' ``activation_checkpointing_enable`` where it has it, else its older name for
+    the same call (``gradient_checkpointing_enable(every_n_layers=...)``, transformers 5.19)."""
     kwargs = {"use_reentrant": False}
+    n = int(every_n_layers)
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=int(every_n_layers))
-    elif int(every_n_layers) == 1:  # transformers before activation_checkpointing_enable
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=n)
+    elif "every_n_layers" in inspect.signature(model.gradient_checkpointing_enable).parameters:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs, every_n_layers=n)
+    elif n == 1:  # transformers that checkpoint all layers or none
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     else:
         raise InvalidInput(f"checkpoint_every_layers: {every_n_layers} needs transformers' "

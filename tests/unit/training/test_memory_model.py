@@ -39,12 +39,12 @@ def _config(kind: str = "qwen3", hidden: int = 256, layers: int = 2, **extra):
 
 
 def _model(cfg, *, checkpoint: bool = False, adapter_dtype: str = "float32", dropout: float = 0.05):
-    from presdep.training.lora import add_lora
+    from presdep.training.lora import add_lora, enable_checkpointing
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16)
     if checkpoint:  # as the loop does: checkpointing first, then the adapters
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     model = add_lora(model, {**LORA, "dropout": dropout}, seed=1)
     if adapter_dtype != "float32":
         for name, p in model.named_parameters():
