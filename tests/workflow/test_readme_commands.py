@@ -53,6 +53,9 @@ ALLOW_LIST = {
     # the Slurm executor plugin lives in .venv-slurm and the profile submits to sbatch;
     # tests/workflow/test_slurm.py runs this exact configuration on a local Slurm
     "--profile profiles/slurm --profile profiles/slurm-test": "needs a running Slurm cluster (tests/workflow/test_slurm.py)",
+    # the preflight on the tiny config runs in tests/unit/preflight; the paper's needs its models fetched
+    "presdep preflight --configfile configs/paper.yaml --local": "needs the paper's models fetched, on a GPU node",
+    "--until fetch_dataset fetch_dataset_qa fetch_training_pool": "downloads the paper's collections and models",
 }
 
 # Files a documented command reads from the user's disk, stood in for by the tiny run's files.

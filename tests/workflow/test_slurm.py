@@ -169,9 +169,10 @@ WORKER_EXECUTOR = (
     # The Slurm plugin's settings of profiles/slurm-test, under this plugin's prefix.
     "--presdep-slurm-status-command", "squeue", "--presdep-slurm-init-seconds-before-status-checks", "5",
     "--presdep-slurm-keep-successful-logs",
-    # Both score jobs in one group job of one (fake) GPU per member and one core each: two cores in all.
+    # Both score jobs in one group job of one (fake) GPU per member and one core each: two cores in all,
+    # one task (tasks_per_gpu 0: the Slurm plugin would ask one task per GPU, each with both cores).
     "--groups", "score=models", "--group-components", "models=2", "--set-threads", "score=1",
-    "--set-resources", "score:gpu=1", "score:cpus_per_gpu=0",
+    "--set-resources", "score:gpu=1", "score:cpus_per_gpu=0", "score:tasks_per_gpu=0",
 )
 
 
