@@ -113,7 +113,8 @@ def job(cand: Path, out: Path, kind: str = "hash", *, scorer: Any = None, stop_a
                                  "max_doc_chars": s["max_doc_chars"]})
     try:
         df = silver_labels_files(candidates_path=cand, out_path=out, teacher=teacher, dataset="ds",
-                                 protocol=protocol, scorer=counting, batch_prompts=s["batch_prompts"],
+                                 protocol=protocol, scorer=counting, model_dir=model_dir,
+                                 batch_prompts=s["batch_prompts"],
                                  batch_chars=s["batch_chars"], **({"batch_tokens": s["batch_tokens"]}
                                                                   if "batch_tokens" in s else {}))
     except Interrupted:

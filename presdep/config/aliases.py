@@ -13,6 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from presdep.config.cross_refs import unknown_name
 from presdep.contracts.errors import ConfigError
 
 
@@ -30,7 +31,7 @@ def expand_aliases(config: Mapping[str, Any]) -> dict:
             continue
         source = datasets.get(target)
         if not isinstance(source, Mapping):
-            problems.append(f"datasets.{name}.alias_of: {target!r} is not a dataset of this config ({sorted(datasets)})")
+            problems.append(unknown_name(f"datasets.{name}.alias_of", target, datasets, "a dataset of this config"))
         elif "alias_of" in source:
             problems.append(f"datasets.{name}.alias_of: {target!r} is itself an alias (of {source['alias_of']!r}); "
                             "name the dataset it stands for")

@@ -28,6 +28,7 @@ from typing import Any
 from presdep.config.catalogue_overrides import with_overrides
 from presdep.config.query_lists import QueryList
 from presdep.config.records import Dataset, thaw
+from presdep.config.run_names import similar_names
 from presdep.config.wildcards import alternatives
 from presdep.config.yaml_io import parse_yaml
 from presdep.contracts.errors import InvalidInput, PresdepError
@@ -323,7 +324,9 @@ def expand_catalogue(config: Mapping[str, Any], catalogue: Mapping[str, Mapping]
             entry, pool = lookup(catalogue, cid)
         except KeyError:
             ids = sorted([*catalogue["datasets"], *catalogue["training_pools"]])
-            problems.append(f"datasets.{name}.from_catalogue: {cid!r} is not a catalogue id ({', '.join(ids)})")
+            hint = similar_names(cid, ids).strip()
+            problems.append(f"datasets.{name}.from_catalogue: {cid!r} is not a catalogue id ({', '.join(ids)})"
+                            f"{'; ' + hint if hint else ''}")
             continue
         clash = [k for k in ("candidates", "qrels", "task") if k in spec]
         if clash:

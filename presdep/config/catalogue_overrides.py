@@ -12,6 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from presdep.config.run_names import similar_names
 from presdep.contracts.errors import ConfigError
 
 # section -> the keys a config may change in it (the schema's catalogue_overrides block says the same).
@@ -30,7 +31,10 @@ def with_overrides(catalogue: Mapping[str, Any], overrides: Mapping[str, Any] | 
     for cid, change in (overrides or {}).items():
         section = "datasets" if cid in out["datasets"] else "training_pools" if cid in out["training_pools"] else None
         if section is None:
-            problems.append(f"catalogue_overrides.{cid}: not a catalogue id")
+            ids = sorted([*out["datasets"], *out["training_pools"]])
+            hint = similar_names(str(cid), ids).strip()
+            problems.append(f"catalogue_overrides.{cid}: not a catalogue id ({', '.join(ids)})"
+                            f"{'; ' + hint if hint else ''}")
             continue
         if not isinstance(change, Mapping):
             problems.append(f"catalogue_overrides.{cid}: expected a mapping of {sorted(OVERRIDABLE)}")

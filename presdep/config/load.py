@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from presdep.config.aliases import expand_aliases
+from presdep.config.bounds import bound_problems
 from presdep.config.catalogue import expand_catalogue
+from presdep.config.cross_refs import contrasts_base, cross_ref_problems, unknown_name
+from presdep.config.feasibility import feasibility_problems
 from presdep.config.paths import check_path_kinds
 from presdep.config.programs import (
     context_problems,
@@ -26,6 +29,7 @@ from presdep.config.records import WorkflowConfig
 from presdep.config.run_names import run_name_problem
 from presdep.config.schema_enums import SCHEMA_PATH
 from presdep.config.scorers import variant_problems
+from presdep.config.secret_masking import api_key_env_problem, config_secrets, is_env_name, masked_text
 from presdep.config.yaml_io import load_yaml
 from presdep.contracts.errors import ConfigError
 
@@ -104,6 +108,10 @@ def _defaults_validator(base=None):
 
     base = base or jsonschema.Draft202012Validator
     validate_properties = base.VALIDATORS["properties"]
+    # jsonschema counts 1e12 and 2.0 as integers; a count that arrives as a float (a JSON config, a
+    # --config value) would reach numpy and fail there, naming no key.
+    whole = base.TYPE_CHECKER.redefine(
+        "integer", lambda checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
@@ -112,7 +120,7 @@ def _defaults_validator(base=None):
                     instance[name] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(base, {"properties": set_defaults})
+    return jsonschema.validators.extend(base, {"properties": set_defaults}, type_checker=whole)
 
 
 def _yaml_path(parts: Iterable[Any]) -> str:
@@ -152,23 +160,37 @@ def _unknown_key_messages(error: jsonschema.ValidationError, root: Mapping[str, 
 
 
 def _messages(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> Iterator[str]:
+    where = list(error.absolute_path)
     if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(error.instance, dict):
         yield from _unknown_key_messages(error, root)
-    elif error.context and error.validator in ("oneOf", "anyOf"):
-        # The branch that got furthest says most about what was meant.
-        import jsonschema
-
-        best = jsonschema.exceptions.best_match(error.context)
-        yield f"{_yaml_path(error.absolute_path)}: {best.message}"
+    elif where and where[-1] == "api_key_env" and not is_env_name(error.instance):
+        yield api_key_env_problem(_yaml_path(where), error.instance)
     else:
-        yield f"{_yaml_path(error.absolute_path)}: {error.message}"
+        message = error.message
+        if error.context and error.validator in ("oneOf", "anyOf"):
+            # The branch that got furthest says most about what was meant.
+            import jsonschema
+
+            message = jsonschema.exceptions.best_match(error.context).message
+        # jsonschema repeats the value: a secret in it (or any value of a secret-named key) is masked.
+        name = next((p for p in reversed(where) if isinstance(p, str)), "")
+        yield masked_text(f"{_yaml_path(where)}: {message}", config_secrets(error.instance, name, by_name=True))
 
 
-def validate_config(config: Mapping[str, Any], schema_path: str | Path) -> dict:
+def _refuse(problems: list[str], config: Mapping[str, Any]) -> None:
+    """Raise the one ConfigError listing ``problems``, with any secret of ``config`` masked."""
+    if problems:
+        text = "invalid workflow config:\n  " + "\n  ".join(problems)
+        raise ConfigError(masked_text(text, config_secrets(config)))
+
+
+def validate_config(config: Mapping[str, Any], schema_path: str | Path, *, check_references: bool = True) -> dict:
     """A deep copy of ``config`` with every schema default filled in; :class:`ConfigError` otherwise.
 
     All problems are reported at once, each on its own line and named by YAML path
-    (``datasets.dl19.candidates.fromat: unknown key; did you mean 'format'?``).
+    (``datasets.dl19.candidates.fromat: unknown key; did you mean 'format'?``), with any secret
+    masked. ``check_references=False`` leaves the names that point elsewhere unchecked (for a
+    config that is still to gain rows).
     """
     schema = load_yaml(schema_path)
     filled = copy.deepcopy(dict(config))
@@ -176,27 +198,30 @@ def validate_config(config: Mapping[str, Any], schema_path: str | Path) -> dict:
     problems: list[str] = []
     for error in sorted(validator.iter_errors(filled), key=lambda e: [str(p) for p in e.absolute_path]):
         problems += [m for m in _messages(error, schema) if m not in problems]
-    if problems:
-        raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
-    _check_references(filled)
+    _refuse(problems, config)
+    _refuse(bound_problems(filled), config)
+    if check_references:
+        _check_references(filled, config)
     return filled
 
 
-def _check_references(config: Mapping[str, Any]) -> None:
-    """Names that point at other entries must exist (the schema cannot say so)."""
+def _check_references(config: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Names that point at other entries must exist (the schema cannot say so); ``given`` is the
+    config before its defaults were filled."""
     models, datasets, teachers = config["models"], config["datasets"], config["teachers"]
     problems = []
     for name, v in config["variants"].items():
         if v.get("model") is not None and v["model"] not in models:
-            problems.append(f"variants.{name}.model: {v['model']!r} is not a key of models ({sorted(models)})")
+            problems.append(unknown_name(f"variants.{name}.model", v["model"], models, "a key of models"))
         student = v.get("student")
         if student:
             if student["teacher"] not in teachers:
-                problems.append(f"variants.{name}.student.teacher: {student['teacher']!r} is not a key of teachers")
+                problems.append(unknown_name(f"variants.{name}.student.teacher", student["teacher"], teachers,
+                                             "a key of teachers"))
             for role in ("train", "heldout"):
                 ds = student[role]
                 if ds not in datasets:
-                    problems.append(f"variants.{name}.student.{role}: {ds!r} is not a key of datasets")
+                    problems.append(unknown_name(f"variants.{name}.student.{role}", ds, datasets, "a key of datasets"))
                 elif datasets[ds]["role"] != role:
                     problems.append(f"variants.{name}.student.{role}: dataset {ds!r} has role "
                                     f"{datasets[ds]['role']!r}, expected {role!r}")
@@ -206,7 +231,7 @@ def _check_references(config: Mapping[str, Any]) -> None:
         problems.extend(variant_problems(name, v, config["variants"], eval_tasks))
     for name, t in teachers.items():
         if t["kind"] == "open_weight" and t["model"] not in models:
-            problems.append(f"teachers.{name}.model: {t['model']!r} is not a key of models ({sorted(models)})")
+            problems.append(unknown_name(f"teachers.{name}.model", t["model"], models, "a key of models"))
         if t["kind"] == "hosted" and t["provider"] == "openai" and "base_url" not in t and not t.get("skip"):
             problems.append(f"teachers.{name}: a hosted teacher needs base_url")
     problem = run_name_problem(config.get("name"))
@@ -220,7 +245,7 @@ def _check_references(config: Mapping[str, Any]) -> None:
                             f"(name a folder, or move the file away)")
     reader = config["reader"]
     if reader.get("model") is not None and reader["model"] not in models:
-        problems.append(f"reader.model: {reader['model']!r} is not a key of models ({sorted(models)})")
+        problems.append(unknown_name("reader.model", reader["model"], models, "a key of models"))
     qa = [d for d, spec in datasets.items() if spec["task"] == "qa"]
     if qa and reader.get("model") is None:
         problems.append(f"reader.model: QA datasets {qa} need a frozen reader (a key of models)")
@@ -231,8 +256,8 @@ def _check_references(config: Mapping[str, Any]) -> None:
     problems.extend(context_problems(config["context_decomposition"], datasets, config["variants"]))
     problems.extend(render_problems(config["render_perturbations"], datasets, config["variants"],
                                     config["protocol"]["rubric"]["rerank"]))
-    if problems:
-        raise ConfigError("invalid workflow config:\n  " + "\n  ".join(problems))
+    problems.extend(cross_ref_problems(config, given))
+    _refuse(problems, config)
 
 
 FIRST_STAGE_VARIANT = "first_stage"
@@ -253,9 +278,15 @@ def with_first_stage_row(config: Mapping[str, Any]) -> dict:
 def load_workflow_config(config: Mapping[str, Any], schema_path: str | Path) -> tuple[dict, WorkflowConfig]:
     """Expand catalogue datasets, validate (filling defaults) and build the records: (filled plain dict, records)."""
     expanded = expand_aliases(expand_catalogue(config))
-    filled = validate_config(expanded, schema_path)
+    # Names are checked once the first-stage row is in (a config may name it: figure1, contrasts).
+    filled = validate_config(expanded, schema_path, check_references=False)
     if filled["first_stage_row"] and not any(v.get("scorer") == "identity" for v in filled["variants"].values()):
-        filled = validate_config(with_first_stage_row(expanded), schema_path)
+        expanded = with_first_stage_row(expanded)
+        filled = validate_config(expanded, schema_path, check_references=False)
+    _check_references(filled, expanded)
+    _refuse(feasibility_problems(filled), filled)
+    # The jobs read the base the config means: None where the schema's default names no variant.
+    filled["contrasts"]["base"] = contrasts_base(filled, expanded)
     records = WorkflowConfig.from_validated(filled)
     check_path_kinds(records.datasets)  # a directory where a file is read (or the reverse) fails here, not in its job
     return filled, records

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from presdep.config.cross_refs import unknown_name
+from presdep.config.run_names import similar_names
 from presdep.config.scorers import registry
 
 
@@ -15,7 +17,7 @@ def width_problems(width: Mapping[str, Any], specs: Mapping[str, Any]) -> list[s
     for native, alias in width["pairs"].items():
         spec = specs.get(alias)
         if native not in specs:
-            out.append(f"width.pairs: {native!r} is not a dataset of this config")
+            out.append(unknown_name("width.pairs", native, specs, "a dataset of this config"))
         elif spec is None or spec.get("alias_of") != native:
             out.append(f"width.pairs.{native}: {alias!r} must be a dataset with alias_of: {native}")
         elif spec.get("B") != 1:
@@ -30,7 +32,7 @@ def _reranking_problems(block: str, names: Sequence[str], specs: Mapping[str, An
     for name in names:
         spec = specs.get(name)
         if spec is None:
-            out.append(f"{block}.datasets: {name!r} is not a dataset of this config ({sorted(specs)})")
+            out.append(unknown_name(f"{block}.datasets", name, specs, "a dataset of this config"))
         elif spec["task"] != "rerank" or spec["role"] != "eval":
             out.append(f"{block}.datasets: {name!r} is a {spec['role']} {spec['task']} dataset; "
                        f"{what} reads reranking eval datasets")
@@ -48,7 +50,7 @@ def verdict_reader_problems(verdict: Mapping[str, Any], reader: Mapping[str, Any
     if verdict["datasets"] and model is None:
         out.append("verdict_reader.model: give a key of models (or set reader.model)")
     elif model is not None and model not in models:
-        out.append(f"verdict_reader.model: {model!r} is not a key of models ({sorted(models)})")
+        out.append(unknown_name("verdict_reader.model", model, models, "a key of models"))
     return out
 
 
@@ -58,7 +60,9 @@ def pool_problems(pool: Mapping[str, Any], specs: Mapping[str, Any], labels: set
     for a, b in pool["contrasts"]:
         unknown = sorted({a, b} - labels)
         if unknown:
-            out.append(f"pool_perturbation.contrasts: {unknown} are not row labels of this config ({sorted(labels)})")
+            close = "".join(similar_names(x, sorted(labels)) for x in unknown).strip()
+            out.append(f"pool_perturbation.contrasts: {unknown} are not row labels of this config"
+                       f"{'; ' + close if close else ''} ({sorted(labels)})")
     return out
 
 
@@ -80,7 +84,7 @@ def context_problems(context: Mapping[str, Any], specs: Mapping[str, Any], entri
     out = _reranking_problems("context_decomposition", context["datasets"], specs, "the context decomposition")
     for name in context["variants"]:
         if name not in entries:
-            out.append(f"context_decomposition.variants: {name!r} is not a variant of this config ({sorted(entries)})")
+            out.append(unknown_name("context_decomposition.variants", name, entries, "a variant of this config"))
         elif not context_ready(entries[name]):
             out.append(f"context_decomposition.variants: {name!r} is not an untrained, uncalibrated, single-pass "
                        "row whose scorer reads selected slots (capability slot_reads)")
@@ -102,7 +106,7 @@ def render_problems(render: Mapping[str, Any], specs: Mapping[str, Any], entries
     for name in render["variants"]:
         entry = entries.get(name)
         if entry is None:
-            out.append(f"render_perturbations.variants: {name!r} is not a variant of this config ({sorted(entries)})")
+            out.append(unknown_name("render_perturbations.variants", name, entries, "a variant of this config"))
         elif not context_ready(entry) or not registry()[entry["scorer"]].capabilities.slot_reads:
             out.append(f"render_perturbations.variants: {name!r} is not an untrained, uncalibrated, single-pass "
                        "row whose scorer reads a prompt's render (capability slot_reads)")

@@ -15,6 +15,7 @@ import polars as pl
 
 from presdep.contracts.errors import PresdepError
 from presdep.data.doc import Doc
+from presdep.data.guards import grade_error
 
 _DOC_TEXT_FIELDS = ("text", "body")  # GenericDoc/BEIR use text; TREC disks use body
 _QUERY_TEXT_FIELDS = ("text", "title")  # GenericQuery has text; TREC topics: title = the keyword query
@@ -113,6 +114,9 @@ def load_qrels(irds_id: str) -> pl.DataFrame:
     try:
         for qrel in ds.qrels_iter():
             key = (str(qrel.query_id), str(qrel.doc_id))
+            reason = grade_error(int(qrel.relevance))
+            if reason is not None:
+                raise IrdsError(f"{irds_id!r}: document {key[1]!r} of query {key[0]!r}: {reason}")
             if key in rows and rows[key] != int(qrel.relevance):
                 raise IrdsError(f"{irds_id!r}: document {key[1]!r} judged twice for query {key[0]!r} with different grades")
             rows[key] = int(qrel.relevance)

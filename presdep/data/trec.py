@@ -1,6 +1,6 @@
 """TREC topics, qrels and runs: strict readers with file/line errors, and writers.
 
-Every id goes through :func:`presdep.data.guards.check_id`, grades and ranks must fit Int32,
+Every id goes through :func:`presdep.data.guards.check_id`, grades are bounded (``check_grade``), ranks must fit Int32,
 run scores must be finite; a line in the wrong format says what it looks like
 (:mod:`presdep.data.sniff`). Negative qrels grades are kept (trec_eval counts every grade
 <= 0 as not relevant) and said once per file with their count and first line.
@@ -17,7 +17,7 @@ import polars as pl
 from presdep.contracts.errors import InputFormatError, cut
 from presdep.contracts.schemas import write_text_atomic
 from presdep.data import sniff
-from presdep.data.guards import check_finite, check_id, check_int32
+from presdep.data.guards import check_finite, check_grade, check_id, check_int32
 from presdep.data.text_input import text_lines
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def qrels_frame(path: str | Path, rows: Iterable[tuple[int, str, str, str]]) -> 
             rel = int(grade)
         except ValueError:
             raise InputFormatError(path, where, f"grade {cut(grade)} is not an integer") from None
-        check_int32(path, where, rel, "grade")
+        check_grade(path, where, rel)
         check_id(path, where, qid, "query id")
         check_id(path, where, did, "document id")
         if (qid, did) in seen:

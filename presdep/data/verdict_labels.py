@@ -27,10 +27,11 @@ from typing import Any
 
 import polars as pl
 
-from presdep.contracts.errors import InputFormatError
+from presdep.contracts.errors import InputFormatError, cut
 from presdep.contracts.schemas import atomic_write
 from presdep.data.fetch.common import FetchError, Manifest, need, read_rows
 from presdep.data.fetch.sources import hf_rows_file
+from presdep.data.guards import check_id
 
 VERDICT_CLASSES = ("SUPPORTED", "REFUTED", "NEI")
 DISPUTED = "DISPUTED"
@@ -57,6 +58,18 @@ def _gold(path: Path, where: str, value: object) -> str:
     return label
 
 
+def _claim_id(path: Path, where: str, value: object, key: str) -> str:
+    """A claim id checked as a document id is (a claim id is the query id the reader joins on):
+    text or an integer, not empty, no control character, at most 512 characters."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputFormatError(path, where, f"{key} must be a string or an integer, got "
+                                            f"{'null' if value is None else type(value).__name__} {cut(value)}")
+    text = str(value).strip()
+    if not text:
+        raise InputFormatError(path, where, f"{key} is empty")
+    return check_id(path, where, text, "claim id")
+
+
 def read_verdict_labels(path: str | Path, fmt: str) -> pl.DataFrame:
     """``query_id``, ``claim``, ``gold`` (SUPPORTED | REFUTED | NEI | DISPUTED), one row per claim."""
     path = Path(path)
@@ -68,7 +81,7 @@ def read_verdict_labels(path: str | Path, fmt: str) -> pl.DataFrame:
     rows: dict[str, tuple[str, str]] = {}
     for where, row in read_rows(path):
         need(path, where, row, (id_key, label_key), "claim")
-        qid = str(row[id_key])
+        qid = _claim_id(path, where, row[id_key], id_key)
         if qid in rows:
             raise InputFormatError(path, where, f"claim {qid!r} is labelled twice")
         rows[qid] = (str(row.get("claim") or ""), _gold(path, where, row[label_key]))

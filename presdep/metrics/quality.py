@@ -19,6 +19,7 @@ import polars as pl
 import pytrec_eval
 
 from presdep.contracts.errors import InvalidInput
+from presdep.data.guards import grade_error
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,18 @@ def qrels_to_dict(qrels: pl.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
+def relevance_evaluator(qrels: Qrels, measures: set[str]) -> pytrec_eval.RelevanceEvaluator:
+    """pytrec_eval's evaluator over ``qrels``, once every grade is one it can hold: trec_eval's
+    memory grows with the highest grade (presdep.data.guards.MAX_GRADE), whatever path the
+    qrels came by."""
+    for q, judged in qrels.items():
+        for d, grade in judged.items():
+            reason = grade_error(int(grade))
+            if reason is not None:
+                raise InvalidInput(f"qrels: query {q!r} doc {d!r}: {reason}")
+    return pytrec_eval.RelevanceEvaluator({q: dict(v) for q, v in qrels.items()}, measures)
+
+
 def _measure(k: int) -> tuple[str, str]:
     if k < 1:
         raise InvalidInput(f"nDCG cut-off must be >= 1, got {k}")
@@ -94,7 +107,7 @@ def ndcg_runs(runs: Mapping[str, Mapping[str, float]], qrels: Qrels, k: int = 10
     Queries absent from ``qrels`` are left out (trec_eval convention).
     """
     measure, key = _measure(k)
-    evaluator = pytrec_eval.RelevanceEvaluator({q: dict(v) for q, v in qrels.items()}, {measure})
+    evaluator = relevance_evaluator(qrels, {measure})
     run: dict[str, dict[str, float]] = {}
     for q, docs in runs.items():
         if q not in qrels:
@@ -134,7 +147,7 @@ def ndcg_presentations(
     if not judged:
         return {}
     qsub = {query_ids[i]: dict(qrels[query_ids[i]]) for i in judged}
-    evaluator = pytrec_eval.RelevanceEvaluator(qsub, {measure})
+    evaluator = relevance_evaluator(qsub, {measure})
     by_shape: dict[tuple[int, ...], list[int]] = {}
     for i in judged:
         by_shape.setdefault(np.shape(scores[i]), []).append(i)
@@ -224,9 +237,8 @@ def evaluate_presentations(
     out: dict[str, dict[str, np.ndarray]] = {m: {} for m in measures}
     if not judged:
         return out
-    evaluator = pytrec_eval.RelevanceEvaluator(
-        {query_ids[i]: dict(qrels[query_ids[i]]) for i in judged}, {MEASURES[m][0] for m in measures}
-    )
+    evaluator = relevance_evaluator({query_ids[i]: qrels[query_ids[i]] for i in judged},
+                                    {MEASURES[m][0] for m in measures})
     max_m = max(np.shape(scores[i])[0] for i in judged)
     runs: list[dict[str, dict[str, float]]] = [{} for _ in range(max_m)]
     for i in judged:

@@ -114,7 +114,7 @@ def labels_of(variants: Mapping[str, Variant]) -> dict[str, list[str]]:
     return out
 
 
-def paper_pairs(variants: Mapping[str, Variant], base: str) -> list[tuple[str, str]]:
+def paper_pairs(variants: Mapping[str, Variant], base: str | None) -> list[tuple[str, str]]:
     """OC-SFT against every other trained row, then every trained row against the base."""
     trained = list(dict.fromkeys(v.label for v in variants.values() if v.student and not v.skip))
     focus = list(dict.fromkeys(v.label for v in variants.values()
@@ -126,8 +126,12 @@ def paper_pairs(variants: Mapping[str, Variant], base: str) -> list[tuple[str, s
 
 
 def contrast_table(metrics: pl.DataFrame, variants: Mapping[str, Variant], pairs: Sequence[tuple[str, str]] | str,
-                   base: str, settings: Settings, ceiling: Mapping[str, float] | None = None) -> pl.DataFrame:
-    """Every pair's contrast in each column both rows fill, then the amortization terms."""
+                   base: str | None, settings: Settings, ceiling: Mapping[str, float] | None = None) -> pl.DataFrame:
+    """Every pair's contrast in each column both rows fill, then the amortization terms (``base``
+    None: no base row, so no base contrasts and no amortization terms)."""
+    if base is not None and base not in variants:
+        # The config's load refuses such a base; a name that matched nothing once gave an empty table.
+        raise InvalidInput(f"contrasts.base: {base!r} is not a Table 1 variant of this config ({sorted(variants)})")
     by_label = labels_of(variants)
     if pairs == "paper":
         pairs = paper_pairs(variants, base)
@@ -212,7 +216,8 @@ def to_markdown(table: pl.DataFrame, settings: Settings) -> str:
 
 
 def write_contrasts(metrics_paths: Sequence[str | Path], variants: Mapping[str, Variant], out_csv: str | Path,
-                    out_md: str | Path, *, pairs: Sequence[Sequence[str]] | str = "paper", base: str = "off_the_shelf",
+                    out_md: str | Path, *, pairs: Sequence[Sequence[str]] | str = "paper",
+                    base: str | None = "off_the_shelf",
                     settings: Settings = Settings(), ceiling: Mapping[str, float] | None = None) -> pl.DataFrame:
     """The contrasts table as CSV and Markdown (rule ``contrasts``)."""
     chosen = pairs if pairs == "paper" else [tuple(p) for p in pairs]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from presdep.contracts.schemas import write_text_atomic
@@ -20,12 +21,18 @@ log = logging.getLogger(__name__)
 FINGERPRINT_FILE = "fingerprint.json"
 
 
-def resume_dir(path: str | os.PathLike, fingerprint: str) -> Path:
-    """``path`` as a folder holding only work of the run identified by ``fingerprint``."""
+def resume_dir(path: str | os.PathLike, fingerprint: str,
+               explain: Callable[[str], str | None] | None = None) -> Path:
+    """``path`` as a folder holding only work of the run identified by ``fingerprint``.
+
+    ``explain(old fingerprint)`` may name what differs (e.g. "another teacher (...)") for the
+    warning that a folder was discarded; None keeps the general words."""
     path = Path(path)
     fp_file = path / FINGERPRINT_FILE
-    if path.exists() and (not fp_file.exists() or fp_file.read_text() != fingerprint):
-        log.warning("%s: discarding work of a run with other inputs or settings", path)
+    old = fp_file.read_text(errors="replace") if fp_file.exists() else None
+    if path.exists() and old != fingerprint:
+        why = explain(old) if explain is not None and old is not None else None
+        log.warning("%s: discarding work of a run with %s", path, why or "other inputs or settings")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     if not fp_file.exists():

@@ -24,9 +24,11 @@ Reading and resuming (:mod:`presdep.training.silver_partial`): prompts are read 
 batches of similar length (longest first, cut by a prompt count and a budget of the
 open-weight teacher's prompt tokens, or of characters for a hosted teacher); scores are mapped back to the prompts' own order, so the table does not
 depend on the batching. The job flushes each finished batch to ``<out>.partial/``
-(one Arrow IPC file per batch, written atomically, under a fingerprint of the
-inputs and settings), so a job killed at any point repeats at most the batch in
-flight; the final file is assembled from the batch files, written atomically, equals
+(one Arrow IPC file per batch, written atomically after a record of its sha256, under a
+fingerprint of the inputs, the settings and the open-weight teacher's files by content), so a
+job killed at any point repeats at most the batch in flight (a batch file that fails its
+checks on resume is read again, and a teacher replaced at the same path discards the
+folder); the final file is assembled from the batch files, written atomically, equals
 an uninterrupted run's byte for byte (for a hosted teacher, its ``usage`` counts say
 which replies came from the reply cache), and the folder is then removed. A hosted
 job stopped by the failure gate keeps its batches without failures and drops the
@@ -51,6 +53,7 @@ from presdep.config.records import TEACHER_KINDS, PromptSettings, Protocol, Scor
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import chunk_positions, random_shuffle, stable_seed
 from presdep.contracts.schemas import content_digest, read_table, write_table
+from presdep.runtime.model_digest import model_digest, write_memo
 from presdep.runtime.resume import partial_dir, resume_dir
 from presdep.scoring.template import prepare_doc
 from presdep.training import silver_partial as sp
@@ -136,18 +139,23 @@ def label_batches(candidates: pl.DataFrame, score_prompts: PromptScorer, *, teac
     layout, prompts = silver_prompts(candidates, dataset=dataset, T=T, B=B, seed=seed, max_doc_chars=max_doc_chars)
     plan = silver_batches(prompts, batch_prompts=batch_prompts, batch_chars=batch_chars, prompt_tokens=prompt_tokens,
                           batch_tokens=batch_tokens)
-    done = sp.done_batches(partial, len(plan)) if partial is not None else set()
-    n_done = sum(len(plan[k]) for k in done)
-    if done:
+    resumed: dict[int, tuple[pl.DataFrame, dict | None]] = {}
+    if partial is not None:  # checked first, so the count below holds only whole batches
+        for k in sorted(sp.done_batches(partial, len(plan))):
+            got = sp.resumed_batch(partial, k, _batch_rows(plan[k], layout, None))
+            if got is not None:
+                resumed[k] = got
+    n_done = sum(len(plan[k]) for k in resumed)
+    if resumed:
         log.info("silver %s/%s: resuming from %s: %d of %d batches (%d of %d prompts) already read",
-                 teacher, dataset, partial, len(done), len(plan), n_done, len(prompts))
+                 teacher, dataset, partial, len(resumed), len(plan), n_done, len(prompts))
     frames: list[pl.DataFrame] = []
     stats: list[dict | None] = []
     with tqdm(total=len(prompts), initial=n_done, desc=f"silver {teacher} {dataset}", unit="prompt") as bar:
         for k, batch in enumerate(plan):
-            if k in done:
-                frames.append(sp.read_batch(partial, k, _batch_rows(batch, layout, None)))
-                stats.append(sp.read_stats(partial, k))
+            if k in resumed:
+                frames.append(resumed[k][0])
+                stats.append(resumed[k][1])
                 continue
             results = score_prompts([prompts[p] for p in batch])
             if len(results) != len(batch):
@@ -155,8 +163,7 @@ def label_batches(candidates: pl.DataFrame, score_prompts: PromptScorer, *, teac
             rows = _batch_rows(batch, layout, results)
             stats.append(take_stats() if take_stats is not None else None)
             if partial is not None:
-                sp.write_batch(partial, k, rows, stats[-1])
-                rows = sp.read_batch(partial, k, rows)  # the table is built from the files, resumed or not
+                rows = sp.write_batch(partial, k, rows, stats[-1])  # as read back: resumed or not, the same frames
             frames.append(rows)
             bar.update(len(batch))
     return _silver_table(frames, teacher), stats
@@ -235,8 +242,11 @@ def make_open_weight_scorer(model_dir: str | os.PathLike, *, max_doc_chars: int 
 
 
 def silver_fingerprint(candidates: pl.DataFrame, meta: dict, protocol: Protocol, *, batch_prompts: int,
-                       batch_chars: int, batch_tokens: int | None = None) -> str:
-    """Everything the reads of a job depend on: a resume folder is reused only when it matches."""
+                       batch_chars: int, batch_tokens: int | None = None, teacher_files: dict | None = None) -> str:
+    """Everything the reads of a job depend on: a resume folder is reused only when it matches.
+
+    ``teacher_files`` names an open-weight teacher by content (:func:`teacher_identity`), so a
+    model replaced at the same path never resumes onto the batches of the one before."""
     missing = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing:
         raise InvalidInput(f"candidates lack the column(s) {missing}; have {candidates.columns}")
@@ -249,8 +259,51 @@ def silver_fingerprint(candidates: pl.DataFrame, meta: dict, protocol: Protocol,
         "max_doc_chars": protocol.max_doc_chars, "rubric": protocol.rubric, "instruction": protocol.instruction,
         "batches": (sp.plan_settings(batch_prompts, batch_tokens, sp.TOKEN_RULE) if batch_tokens is not None
                     else sp.plan_settings(batch_prompts, batch_chars)),
+        "batch_files": sp.BATCH_FILES,
+        "teacher_files": teacher_files,
     }
     return json.dumps(fp, sort_keys=True, default=str)
+
+
+# In the resume folder: the teacher folder's file stamp and digest, so a resumed job need not
+# read multi-GB weights again to name its teacher (presdep.runtime.model_digest).
+TEACHER_MEMO = "teacher-files.json"
+
+
+def teacher_identity(model_dir: str | os.PathLike | None, scorer: Any, partial: Path) -> tuple[dict | None, dict | None]:
+    """(identity, memo record): what names an open-weight teacher by content.
+
+    The model folder's files digested (memoised in ``partial``), else the pin or weights hash a
+    ready-made scorer knows (``model_identity``), else None (a stand-in scorer without files).
+    A LoRA adapter's sha256 is in the scorer's description, which the fingerprint holds too."""
+    if model_dir is not None:
+        return model_digest(model_dir, partial / TEACHER_MEMO)
+    ident = getattr(scorer, "model_identity", None)
+    if ident is None:
+        return None, None
+    try:
+        return dict(ident() if callable(ident) else ident), None
+    except (InvalidInput, OSError) as exc:
+        log.warning("silver: cannot name the teacher by content (%s); a model replaced at the same path "
+                    "would resume onto the batches of the one before", exc)
+        return None, None
+
+
+def _other_teacher(old_fingerprint: str, files: dict | None, model_dir: Any) -> str | None:
+    """'another teacher (...)' when the folder's fingerprint names other teacher files."""
+    try:
+        before = json.loads(old_fingerprint).get("teacher_files")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(before, dict) or not files or before == files:
+        return None
+    where = f"{model_dir}: " if model_dir is not None else ""
+    return f"another teacher ({where}files {_short(before)} then, {_short(files)} now)"
+
+
+def _short(identity: dict) -> str:
+    digest = identity.get("files_sha256") or identity.get("weights_sha256")
+    return f"sha256 {digest[:12]}..." if isinstance(digest, str) else json.dumps(identity, sort_keys=True)
 
 
 def silver_labels_files(
@@ -332,9 +385,14 @@ def silver_labels_files(
             return delta
 
         meta.update(teacher_spec=grader.describe(), mock=grader.mock, template_sha256=grader.template.sha256)
+    partial = partial_dir(out_path)
+    files, memo = teacher_identity(model_dir, scorer, partial) if kind == "open_weight" else (None, None)
     fingerprint = silver_fingerprint(candidates, meta, protocol, batch_prompts=batch_prompts, batch_chars=batch_chars,
-                                     batch_tokens=batch_tokens if prompt_tokens is not None else None)
-    partial = resume_dir(partial_dir(out_path), fingerprint)
+                                     batch_tokens=batch_tokens if prompt_tokens is not None else None,
+                                     teacher_files=files)
+    partial = resume_dir(partial, fingerprint, lambda old: _other_teacher(old, files, model_dir))
+    if memo is not None:
+        write_memo(partial / TEACHER_MEMO, memo)
     df, batch_stats = label_batches(candidates, run, teacher=teacher, dataset=dataset, T=T, B=B, seed=seed,
                                     max_doc_chars=max_doc_chars, batch_prompts=batch_prompts,
                                     batch_chars=batch_chars, partial=partial, take_stats=take_stats,
@@ -375,4 +433,5 @@ def _hosted_gate(grader: Any, batch_stats: list[dict | None], meta: dict, partia
 __all__ = [
     "TEACHER_KINDS", "teacher_orders", "silver_prompts", "silver_batches", "label_batches", "silver_labels",
     "open_weight_prompt_scorer", "make_open_weight_scorer", "silver_fingerprint", "silver_labels_files",
+    "teacher_identity", "TEACHER_MEMO",
 ]

@@ -3,16 +3,21 @@
 The teacher reads prompts in batches of similar length (:func:`plan_batches`): the
 longest first, cut by a character budget and a prompt count. Each finished batch is
 flushed to ``<out>.partial/b-<index>.arrow`` (Arrow IPC, written atomically; its layout
-rows and scores, keyed by the prompt's index in the job's prompt list), with the
-batch's hosted usage beside it in ``b-<index>.stats.json``. The folder carries a
-fingerprint of everything the reads depend on (:mod:`presdep.runtime.resume`), so a
-killed job repeats at most the batch in flight and a folder left by other inputs or
-settings is discarded. Batch files are keyed by index, so the plan must be a pure
+rows and scores, keyed by the prompt's index in the job's prompt list), after its record
+``b-<index>.record.json``: the sha256 of the batch file's bytes and the batch's hosted
+usage, sealed by a sha256 of its own. On resume a batch whose record, bytes, layout or keys
+fail a check is discarded with a warning naming it and read again, so a damaged file never
+crashes the job nor changes a label. The folder carries a fingerprint of everything the
+reads depend on, the teacher's files by content included (:mod:`presdep.runtime.resume`),
+so a killed job repeats at most the batch in flight and a folder left by other inputs,
+settings or another teacher is discarded. Batch files are keyed by index, so the plan must be a pure
 function of the prompts and the two limits.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import os
@@ -21,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from polars.exceptions import PanicException
 
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.schemas import atomic_write, write_text_atomic
+from presdep.contracts.schemas import write_bytes_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,8 @@ log = logging.getLogger(__name__)
 BATCH_PROMPTS = 64
 BATCH_TOKENS = 1 << 18
 BATCH_CHARS = 1 << 20
+# How batches are stored (part of the fingerprint: a folder of another layout is discarded whole).
+BATCH_FILES = "b-<index>.arrow (Arrow IPC) after b-<index>.record.json (its sha256 and stats, sealed)"
 LENGTH_RULE = "characters of the query and the prepared documents"
 TOKEN_RULE = "tokens of the teacher's prompt (its tokenizer and template)"
 
@@ -81,8 +89,8 @@ def batch_path(partial: Path, k: int) -> Path:
     return partial / f"b-{k:07d}.arrow"
 
 
-def stats_path(partial: Path, k: int) -> Path:
-    return partial / f"b-{k:07d}.stats.json"
+def record_path(partial: Path, k: int) -> Path:
+    return partial / f"b-{k:07d}.record.json"
 
 
 def done_batches(partial: Path, n_batches: int) -> set[int]:
@@ -91,39 +99,95 @@ def done_batches(partial: Path, n_batches: int) -> set[int]:
     return {k for k in range(n_batches) if batch_path(partial, k).name in names}
 
 
-def write_batch(partial: Path, k: int, rows: pl.DataFrame, stats: Mapping[str, Any] | None) -> None:
-    """Flush batch ``k``: its stats first, then its rows, so a batch file implies its stats."""
-    if stats is not None:
-        write_text_atomic(stats_path(partial, k), json.dumps(stats, sort_keys=True, default=str))
-    atomic_write(batch_path(partial, k), rows.write_ipc)
+class DamagedBatch(Exception):
+    """A flushed batch whose files do not hold what was written: its prompts are read again."""
 
 
-def read_batch(partial: Path, k: int, expect: pl.DataFrame) -> pl.DataFrame:
-    """Batch ``k``'s rows; ``expect`` holds the keys the plan gives it (all but ``score``)."""
-    path = batch_path(partial, k)
-    hint = f"delete {partial} to start the job over"
+def write_batch(partial: Path, k: int, rows: pl.DataFrame, stats: Mapping[str, Any] | None) -> pl.DataFrame:
+    """Flush batch ``k``: its record (the rows file's sha256 and the batch's stats) first, then
+    its rows, so a batch file always implies its record. Returns the rows as read back from the
+    bytes written, as a resumed run reads them."""
+    buf = io.BytesIO()
+    rows.write_ipc(buf)
+    data = buf.getvalue()
+    write_text_atomic(record_path(partial, k), _sealed({"rows_sha256": hashlib.sha256(data).hexdigest(),
+                                                        "stats": stats}))
+    write_bytes_atomic(batch_path(partial, k), data)
+    return pl.read_ipc(data)
+
+
+def resumed_batch(partial: Path, k: int, expect: pl.DataFrame) -> tuple[pl.DataFrame, dict | None] | None:
+    """Batch ``k``'s rows and stats when its files are whole; ``expect`` holds the keys the plan
+    gives it (all but ``score``). A batch that fails any check (its record, the sha256 of its
+    bytes, its Arrow layout, its keys) is removed with a warning naming it and why, and None
+    is returned: the caller reads it again. Never raises for what the files hold."""
     try:
-        df = pl.read_ipc(path.read_bytes())  # bytes, not a mapping: the folder goes while the table lives on
-    except Exception as exc:  # a file that is there was renamed complete into place: damage, not a kill
-        raise RuntimeError(f"{path}: unreadable silver batch file ({exc}); {hint}") from exc
-    if dict(df.schema) != ROW_SCHEMA:
-        raise RuntimeError(f"{path}: silver batch file with columns {dict(df.schema)}, expected {ROW_SCHEMA}; {hint}")
-    keys = [c for c in ROW_SCHEMA if c != "score"]
-    if not df.select(keys).equals(expect.select(keys)):
-        raise RuntimeError(f"{path}: its rows are not the {expect.height} (prompt, query, doc, shuffle) rows "
-                           f"batch {k} of the plan holds, under a matching fingerprint; {hint}")
+        return _checked_batch(partial, k, expect)
+    except DamagedBatch as exc:
+        log.warning("%s: %s; discarded, its prompts are read again", batch_path(partial, k), exc)
+        discard_batch(partial, k)
+        return None
+
+
+def discard_batch(partial: Path, k: int) -> None:
+    batch_path(partial, k).unlink(missing_ok=True)  # first: without its rows the batch is not done
+    record_path(partial, k).unlink(missing_ok=True)
+
+
+def batch_record(partial: Path, k: int) -> dict:
+    """Batch ``k``'s record (``rows_sha256``, ``stats``), checked against its own seal."""
+    path = record_path(partial, k)
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise DamagedBatch(f"its record {path.name} is missing") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise DamagedBatch(f"its record {path.name} is unreadable ({type(exc).__name__})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("rows_sha256"), str):
+        raise DamagedBatch(f"its record {path.name} lacks the rows' sha256")
+    body = {key: record.get(key) for key in ("rows_sha256", "stats")}
+    if record.get("seal") != _seal(body):
+        raise DamagedBatch(f"its record {path.name} does not match its own sha256")
+    return body
+
+
+def _checked_batch(partial: Path, k: int, expect: pl.DataFrame) -> tuple[pl.DataFrame, dict | None]:
+    record = batch_record(partial, k)
+    try:
+        data = batch_path(partial, k).read_bytes()  # bytes, not a mapping: the folder goes while the table lives on
+    except OSError as exc:
+        raise DamagedBatch(f"unreadable ({type(exc).__name__}: {exc})") from None
+    if hashlib.sha256(data).hexdigest() != record["rows_sha256"]:
+        raise DamagedBatch("its bytes do not match the sha256 in its record")
+    return parse_batch(data, k, expect), record["stats"]
+
+
+def parse_batch(data: bytes, k: int, expect: pl.DataFrame) -> pl.DataFrame:
+    """Batch ``k``'s rows from its file's bytes; :class:`DamagedBatch` for anything but the
+    plan's rows in the row layout, a panic of the IPC reader included."""
+    try:
+        df = pl.read_ipc(data)
+        if dict(df.schema) != ROW_SCHEMA:
+            raise DamagedBatch(f"columns {dict(df.schema)}, expected {ROW_SCHEMA}")
+        keys = [c for c in ROW_SCHEMA if c != "score"]
+        if not df.select(keys).equals(expect.select(keys)):
+            raise DamagedBatch(f"its rows are not the {expect.height} (prompt, query, doc, shuffle) rows batch {k} "
+                               "of the plan holds")
+    except DamagedBatch:
+        raise
+    except (Exception, PanicException) as exc:  # a panic of the IPC reader derives from BaseException
+        raise DamagedBatch(f"unreadable as Arrow IPC ({type(exc).__name__}: {str(exc)[:200]})") from None
     return df
 
 
-def read_stats(partial: Path, k: int) -> dict | None:
-    path = stats_path(partial, k)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise RuntimeError(f"{path}: unreadable usage of a silver batch ({exc}); delete {partial} "
-                           f"to start the job over") from exc
+def _seal(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def _sealed(body: Mapping[str, Any]) -> str:
+    """``body`` as JSON with a ``seal``: the sha256 of its canonical JSON (as it reads back)."""
+    plain = json.loads(json.dumps(body, sort_keys=True, default=str))
+    return json.dumps({**plain, "seal": _seal(plain)}, sort_keys=True)
 
 
 def stats_delta(now: Mapping[str, Any], before: Mapping[str, Any]) -> dict:
@@ -161,10 +225,12 @@ def drop_failed_batches(partial: Path, n_batches: int) -> int:
     """Remove the flushed batches that hold failed prompts, so a re-run asks them again."""
     dropped = 0
     for k in sorted(done_batches(partial, n_batches)):
-        stats = read_stats(partial, k)
-        if stats and any(stats.get("failures", {}).values()):
-            batch_path(partial, k).unlink()  # first: without its rows the batch is not done
-            stats_path(partial, k).unlink(missing_ok=True)
+        try:
+            failed = any(((batch_record(partial, k)["stats"] or {}).get("failures") or {}).values())
+        except DamagedBatch:
+            failed = True  # a re-run would discard it anyway
+        if failed:
+            discard_batch(partial, k)
             dropped += 1
     if dropped:
         log.info("%s: %d batch(es) with failed prompts removed; a re-run asks them again", partial, dropped)
@@ -174,6 +240,6 @@ def drop_failed_batches(partial: Path, n_batches: int) -> int:
 __all__ = [
     "BATCH_PROMPTS", "BATCH_TOKENS", "BATCH_CHARS", "LENGTH_RULE", "TOKEN_RULE", "ROW_SCHEMA", "prompt_chars",
     "plan_batches", "plan_settings",
-    "batch_path", "stats_path", "done_batches", "write_batch", "read_batch", "read_stats", "stats_delta",
-    "merge_stats", "drop_failed_batches",
+    "batch_path", "record_path", "done_batches", "DamagedBatch", "write_batch", "resumed_batch", "parse_batch", "discard_batch",
+    "batch_record", "stats_delta", "merge_stats", "drop_failed_batches", "BATCH_FILES",
 ]

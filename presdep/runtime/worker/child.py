@@ -26,8 +26,9 @@ def _job_name(script: str) -> bytes:
 
 
 def run_job(script: str, cwd: str, env: Mapping[str, str], stdio: Sequence[int]) -> NoReturn:
-    """Never returns: the child ends with the script's exit code (1 on an exception, as Python's)."""
-    code = 1
+    """Never returns: the child ends with the script's exit code (1 on an exception, as Python's),
+    or, as Python does for an uncaught KeyboardInterrupt, killed by SIGINT."""
+    code: int | None = 1  # None: die by SIGINT
     try:
         _become_the_job(script, cwd, env, stdio)
         sys.argv = [script]
@@ -44,6 +45,10 @@ def run_job(script: str, cwd: str, env: Mapping[str, str], stdio: Sequence[int])
                     stream.flush()
                 except Exception:
                     pass
+            if code is None:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
+                code = 128 + signal.SIGINT  # what a shell reports, should the signal not end us
             os._exit(code)
 
 
@@ -79,7 +84,8 @@ def _threads_as_a_fresh_process(env: Mapping[str, str]) -> None:
         threadpool_limits(int(blas), user_api="blas")
 
 
-def _run(script: str) -> int:
+def _run(script: str) -> int | None:
+    """The script's exit code; None when an uncaught KeyboardInterrupt ended it."""
     try:
         runpy.run_path(script, run_name="__main__")
         return 0
@@ -90,6 +96,9 @@ def _run(script: str) -> int:
             return stop.code
         print(stop.code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a SIGINT the job did not handle: Python prints it, then dies by it
+        traceback.print_exc()
+        return None
     except BaseException:
         traceback.print_exc()
         return 1

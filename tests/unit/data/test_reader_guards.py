@@ -10,7 +10,7 @@ import pytest
 from presdep.contracts.errors import InputFormatError, cut
 from presdep.data.beir import read_beir_qrels
 from presdep.data.corpus import iter_corpus, read_queries
-from presdep.data.guards import MAX_ID_CHARS
+from presdep.data.guards import MAX_GRADE, MAX_ID_CHARS
 from presdep.data.rank_llm import read_rank_llm_json
 from presdep.data.trec import read_qrels, read_run, read_topics
 
@@ -37,12 +37,20 @@ def test_cut_keeps_short_values_and_shortens_long_ones():
     assert long.startswith("'xxx") and long.endswith("... (1,500,000 characters)") and len(long) < 120
 
 
-@pytest.mark.parametrize("grade", [str(2**31), str(-(2**31) - 1), str(2**70)])
-def test_qrels_grade_outside_int32_is_an_error_with_its_line(tmp_path, grade):
+@pytest.mark.parametrize("grade, says", [(2**31 - 1, "above the maximum 65535"), (MAX_GRADE + 1, "above the maximum"),
+                                         (2**31, "above the maximum"), (2**70, "above the maximum"),
+                                         (-(2**31) - 1, "32-bit")])
+def test_qrels_grade_outside_the_bounds_is_an_error_with_its_line(tmp_path, grade, says):
+    """2**31 - 1 fitted Int32 and ran the metrics out of memory (trec_eval: a counter per grade level)."""
     path = _write(tmp_path, "qrels.txt", f"1 0 a 1\n1 0 b {grade}\n")
-    assert "line 2: grade " in _error(read_qrels, path) and "32-bit" in _error(read_qrels, path)
+    assert f"line 2: grade {grade} " in _error(read_qrels, path) and says in _error(read_qrels, path)
     beir = _write(tmp_path, "test.tsv", f"query-id\tcorpus-id\tscore\n1\ta\t{grade}\n")
     assert "line 2: grade " in _error(read_beir_qrels, beir)
+
+
+def test_the_largest_grade_is_kept(tmp_path):
+    path = _write(tmp_path, "qrels.txt", f"1 0 a 1\n1 0 b {MAX_GRADE}\n")
+    assert read_qrels(path)["relevance"].to_list() == [1, MAX_GRADE]
 
 
 def test_negative_grades_are_kept_and_said_once_per_file(tmp_path, caplog):

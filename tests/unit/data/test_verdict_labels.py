@@ -46,3 +46,27 @@ def test_verdicts_jsonl_errors_name_the_line(tmp_path):
     path.write_text('{"qid": "q1", "label": "NEI"}\n', encoding="utf-8")
     with pytest.raises(InputFormatError, match=r"line 1: claim lacks \['query_id'\]"):
         read_verdict_labels(path, "verdicts_jsonl")
+
+
+@pytest.mark.parametrize("claim_id, message", [
+    (None, r"line 2: query_id must be a string or an integer, got null"),
+    (["q"], r"line 2: query_id must be a string or an integer, got list"),
+    (True, r"line 2: query_id must be a string or an integer, got bool"),
+    ("", r"line 2: query_id is empty"),
+    ("  ", r"line 2: query_id is empty"),
+    ("q\x00x", r"line 2: claim id .* contains the control character '\\x00'"),
+    ("q" * 5_000_000, r"line 2: claim id .* is longer than 512 characters"),
+])
+def test_claim_ids_are_checked_like_document_ids(tmp_path, claim_id, message):
+    """A null id used to become the claim 'None'; empty, NUL and 5 MB ids were kept as ids."""
+    path = tmp_path / "labels.jsonl"
+    rows = [{"query_id": "q1", "label": "NEI"}, {"query_id": claim_id, "label": "REFUTED"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(InputFormatError, match=message):
+        read_verdict_labels(path, "verdicts_jsonl")
+
+
+def test_integer_claim_ids_read_as_text(tmp_path):
+    path = tmp_path / "labels.jsonl"
+    path.write_text('{"query_id": 7, "label": "NEI"}\n{"query_id": " q8 ", "label": "REFUTED"}\n', encoding="utf-8")
+    assert read_verdict_labels(path, "verdicts_jsonl")["query_id"].to_list() == ["7", "q8"]

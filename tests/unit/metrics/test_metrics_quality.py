@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from presdep.metrics.quality import ndcg_presentations, ndcg_runs, strict_scores, trec_order
+from presdep.contracts.errors import InvalidInput
+from presdep.data.guards import MAX_GRADE
+from presdep.metrics.quality import (
+    evaluate_presentations,
+    ndcg_presentations,
+    ndcg_runs,
+    relevance_evaluator,
+    strict_scores,
+    trec_order,
+)
 
 
 def hand_ndcg(ranked: list[str], judged: dict[str, int], k: int) -> float:
@@ -149,3 +158,26 @@ def test_top_k_truncation_gives_the_full_run_value(dl19):
                               [b[:, p] for b, p in zip(blocks, perm)], qrels, 10)
     for q in qids:
         np.testing.assert_allclose(got2[q], got[q], atol=1e-12)
+
+
+@pytest.mark.parametrize("call", ["runs", "presentations", "evaluate"])
+def test_a_grade_above_the_maximum_is_refused_before_trec_eval_allocates(call):
+    """A qrels table that bypassed the readers (Parquet, a user's dict): trec_eval would keep a
+    counter per grade level, 16 GB for a grade of 2**31 - 1; refused naming the query and doc."""
+    qrels = {"q1": {"a": 1, "b": 2**31 - 1}}
+    scores = np.array([[2.0, 1.0]])
+    runs = {
+        "runs": lambda: ndcg_runs({"q1": {"a": 2.0, "b": 1.0}}, qrels),
+        "presentations": lambda: ndcg_presentations(["q1"], [["a", "b"]], [scores], qrels),
+        "evaluate": lambda: evaluate_presentations(["q1"], [["a", "b"]], [scores], [np.array([[0, 1]])], qrels,
+                                                   ["ndcg@10"]),
+    }
+    with pytest.raises(InvalidInput, match=r"query 'q1' doc 'b': grade 2147483647 is above the maximum 65535"):
+        runs[call]()
+
+
+def test_the_largest_grade_scores_as_trec_eval_does():
+    qrels = {"q1": {"a": 1, "b": MAX_GRADE}}
+    ours = relevance_evaluator(qrels, {"ndcg_cut.10"}).evaluate({"q1": {"a": 2.0, "b": 1.0}})
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate({"q1": {"a": 2.0, "b": 1.0}})
+    assert ours == theirs and 0 < ours["q1"]["ndcg_cut_10"] < 1

@@ -7,18 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from worker_jobs import ENV, job_script
 
 from presdep.runtime.worker.client import WorkerClient, WorkerUnavailable
 from presdep.runtime.worker.server import fork_hazards
 
-# The worker's environment and every job's (pytest changes PYTEST_CURRENT_TEST from test to test).
-ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +26,11 @@ def worker():
     client.stop()
 
 
-def _job(tmp_path: Path, body: str) -> str:
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(body))
-    return str(script)
-
 
 def _run(worker, tmp_path, body, env=None, **kw):
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(os.devnull) as stdin, open(out, "w") as o, open(err, "w") as e:
-        end = worker.run(_job(tmp_path, body), str(tmp_path), env or dict(ENV), stdio=(stdin.fileno(),
+        end = worker.run(job_script(tmp_path, body), str(tmp_path), env or dict(ENV), stdio=(stdin.fileno(),
                          o.fileno(), e.fileno()), **kw)
     return end, out.read_text(), err.read_text()
 
@@ -161,7 +153,7 @@ def _run_quietly(client, tmp_path, pids):
         from contextlib import nullcontext
         return nullcontext()
     try:
-        client.run(_job(tmp_path, "import time; time.sleep(120)"), str(tmp_path), dict(ENV), watch)
+        client.run(job_script(tmp_path, "import time; time.sleep(120)"), str(tmp_path), dict(ENV), watch)
     except RuntimeError:
         pass  # the worker died while the job ran: what stop does
 
@@ -181,7 +173,7 @@ time.sleep(300)
 
 
 def test_the_worker_and_its_jobs_die_with_a_killed_parent(tmp_path):
-    job = _job(tmp_path, "import time; time.sleep(300)")
+    job = job_script(tmp_path, "import time; time.sleep(300)")
     parent = subprocess.Popen([sys.executable, "-c", PARENT, job], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
         worker_pid, job_pid = map(int, parent.stdout.readline().split())

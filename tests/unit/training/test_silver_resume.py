@@ -157,18 +157,32 @@ def test_other_candidates_discard_the_partial_folder(tmp_path, caplog):
     assert "discarding work" in caplog.text and rerun.calls == len(_plan("hash", cand)[0])
 
 
-def test_a_damaged_batch_file_under_a_matching_fingerprint_is_an_error_naming_it(tmp_path):
+@pytest.mark.parametrize("damage", ["other batch's files", "not arrow", "no record", "record not json",
+                                    "record edited"])
+def test_a_damaged_batch_under_a_matching_fingerprint_is_discarded_by_name_and_read_again(tmp_path, caplog, damage):
     cand = sj.write_candidates(tmp_path / "c.parquet", "hash")
+    fresh_out = tmp_path / "fresh" / "s.parquet"
+    sj.job(cand, fresh_out, "hash")
     out = tmp_path / "s.parquet"
     sj.job(cand, out, "hash", stop_at=2, block=False)
     partial = tmp_path / "s.parquet.partial"
-    shutil.copy(sp.batch_path(partial, 0), sp.batch_path(partial, 1))  # batch 0's rows under batch 1's name
-    with pytest.raises(RuntimeError, match=r"b-0000001\.arrow: its rows are not the .* batch 1 of the plan"):
-        sj.job(cand, out, "hash")
-    sp.batch_path(partial, 1).write_bytes(b"not arrow")
-    with pytest.raises(RuntimeError, match=r"b-0000001\.arrow: unreadable silver batch file"):
-        sj.job(cand, out, "hash")
-    assert not out.exists()
+    b1, r1 = sp.batch_path(partial, 1), sp.record_path(partial, 1)
+    if damage == "other batch's files":  # batch 0's rows and record under batch 1's names
+        shutil.copy(sp.batch_path(partial, 0), b1)
+        shutil.copy(sp.record_path(partial, 0), r1)
+    elif damage == "not arrow":
+        b1.write_bytes(b"not arrow")
+    elif damage == "no record":
+        r1.unlink()
+    elif damage == "record not json":
+        r1.write_bytes(b"\xff{")
+    else:
+        r1.write_text(r1.read_text().replace('"stats": null', '"stats": {"prompts": 1}'))
+    caplog.set_level(logging.INFO)
+    df, rerun = sj.job(cand, out, "hash")
+    assert f"{b1}: " in caplog.text and "discarded, its prompts are read again" in caplog.text
+    assert rerun.calls == len(_plan("hash", cand)[0]) - 1  # batch 0 kept, batch 1 read again
+    assert out.read_bytes() == fresh_out.read_bytes()
 
 
 def test_resumed_hosted_teacher_sums_the_usage_of_every_batch(tmp_path, monkeypatch):
