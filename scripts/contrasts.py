@@ -13,6 +13,6 @@ write_contrasts(
     snakemake.output.md,  # noqa: F821
     pairs=s["pairs"],
     base=s["base"],
-    settings=Settings(resamples=s["resamples"], seed=s["seed"], margin=s["margin"]),
+    settings=Settings.from_config(s),
     ceiling=s["ceiling"],
 )

@@ -10,9 +10,9 @@ width w.
 Donors (arm A3): every companion of a target's chunk is replaced by the document of another
 query whose length (characters, after whitespace collapse and ``max_doc_chars``) is nearest
 the companion's, never one of the target query's pool or judged documents, never twice in
-one context. Among the unused donors at the nearest distance (both sides), ordered by
-(length, doc id), ``Random(stable seed of "donor:qid:presentation:target:slot")`` draws
-indices until an unused one comes up.
+one context. Ties are broken by sha256 of ``"donor:qid:presentation:target:slot"``: the unused
+donors at the nearest distance (both sides), ordered by (length, doc id), and the one at index
+(the digest as a big-endian integer) mod (their number).
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ def contexts(order: Sequence[int], presentation: int, b: int, chunking: str) -> 
     return [out[p] for p in range(len(order))]
 
 
-def donor_seed(qid: str, presentation: int, target: str, slot: int) -> int:
-    """First 8 bytes (big-endian) of sha256("donor:qid:presentation:target:slot")."""
+def donor_tie_hash(qid: str, presentation: int, target: str, slot: int) -> int:
+    """sha256("donor:qid:presentation:target:slot"), the whole digest as a big-endian integer."""
     payload = f"donor:{qid}:{presentation}:{target}:{slot}".encode()
-    return int.from_bytes(hashlib.sha256(payload).digest()[:8], "big")
+    return int.from_bytes(hashlib.sha256(payload).digest(), "big")
 
 
 @dataclass(frozen=True)
@@ -124,20 +124,26 @@ class DonorPool:
             i -= len(self.groups[n])
         raise IndexError(i)
 
-    def choose(self, length: int, used: set[str], seed: int) -> tuple[str, int]:
-        """(donor, |length error|): the nearest donor not in ``used``, ties drawn as the module says.
-        ``used`` holds this context's donors so far (a handful), so no tie list is ever built."""
+    def _index(self, at: Sequence[int], doc: str) -> int:
+        """``doc``'s index among the lengths ``at`` taken together, in (length, doc id) order."""
+        n = self.length_of[doc]
+        before = sum(len(self.groups[m]) for m in at[: at.index(n)])
+        return before + bisect.bisect_left(self.groups[n], doc)
+
+    def choose(self, length: int, used: set[str], tie_hash: int) -> tuple[str, int]:
+        """(donor, |length error|): the nearest donor not in ``used``, ties broken as the module says.
+        ``used`` holds this context's donors so far (a handful), so the tie list of the unused is never
+        built: the i-th unused one is found by stepping over the used ones before it."""
         for d, at in self._distances(length):
             total = sum(len(self.groups[n]) for n in at)
-            if sum(1 for doc in used if self.length_of.get(doc) in at) >= total:
+            taken = sorted(self._index(at, doc) for doc in used if self.length_of.get(doc) in at)
+            if len(taken) >= total:
                 continue
-            if total == 1:
-                return self._tied(at, 0), d
-            rng = random.Random(seed)
-            while True:
-                doc = self._tied(at, rng.randrange(total))
-                if doc not in used:
-                    return doc, d
+            i = tie_hash % (total - len(taken))
+            for t in taken:  # ascending: each used one at or before the i-th unused shifts it on
+                if t <= i:
+                    i += 1
+            return self._tied(at, i), d
         raise InvalidInput(f"context decomposition: too few donor documents for a context ({len(used)} used)")
 
 
@@ -150,11 +156,11 @@ def donations(context: Context, qid: str, doc_ids: Sequence[str], lengths: Seque
     for slot, member in enumerate(context.members):
         if slot == context.slot:
             continue
-        donor, err = pool.choose(lengths[member], used, donor_seed(qid, context.presentation, target, slot))
+        donor, err = pool.choose(lengths[member], used, donor_tie_hash(qid, context.presentation, target, slot))
         used.add(donor)
         out.append(Donation(slot, donor, err))
     return out
 
 
 __all__ = ["CANONICAL", "DEFAULT_SHUFFLES", "Context", "Donation", "DonorPool", "contexts", "donations",
-           "donor_seed", "presentation_orders"]
+           "donor_tie_hash", "presentation_orders"]

@@ -4,7 +4,8 @@ canonical prompt:
 
 * ``id_relabel``: the documents' labels: numeric ``1``, ``A``, ``Doc-1``, roman ``i``, three random
   characters of [A-Z0-9]; a non-canonical variant also permutes its labels across the slots
-  (never the identity), so a label no longer says where its document sits.
+  (``Random(seed).shuffle``, never the identity; one permutation per variant, not per query or
+  prompt), so a label no longer says where its document sits.
 * ``separator``: what sets the documents apart: a newline, a dash line, a hash line, XML tags,
   a ``Passage N`` header line; the labels stay ``[1]``..``[n]``.
 * ``rubric_paraphrase``: the rubric and four paraphrases of it (templates shipped beside it).
@@ -12,7 +13,8 @@ canonical prompt:
   placeholder grade and grade tokens; a read maps to [0, 1] by the paper's rule, times 3 (the
   0-3 score's units, so one threshold reads every scale).
 
-The draws use the paper's stable seed (:func:`paper_stable_seed`).
+The draws are the paper's: ``Random(seed)`` and ``Random(seed * 10000 + i)``, ``seed`` the
+configuration's ``render_perturbations.seed``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.pool_presentations import paper_stable_seed
 
 KINDS = ("id_relabel", "separator", "rubric_paraphrase", "scale")
 VARIANTS = 5
@@ -60,15 +61,13 @@ def _alpha(n: int) -> str:
 
 
 def random_labels(seed: int, n: int) -> list[str]:
-    """Labels 1..n of the random style: label i is 3 characters of [A-Z0-9] from
-    ``Random(seed * 10000 + i)``; one equal to an earlier label draws 3 more from the same generator."""
+    """Labels 1..n of the random style: label i is 3 characters of [A-Z0-9] drawn once from
+    ``Random(seed * 10000 + i)``. A label equal to an earlier one is kept, as the paper's code keeps
+    it (the readout finds a line by its position, not its label)."""
     out: list[str] = []
     for i in range(1, n + 1):
         rng = random.Random(seed * 10000 + i)
-        label = "".join(rng.choice(RANDOM_ALPHABET) for _ in range(RANDOM_LABEL_CHARS))
-        while label in out:
-            label = "".join(rng.choice(RANDOM_ALPHABET) for _ in range(RANDOM_LABEL_CHARS))
-        out.append(label)
+        out.append("".join(rng.choice(RANDOM_ALPHABET) for _ in range(RANDOM_LABEL_CHARS)))
     return out
 
 
@@ -87,17 +86,16 @@ def style_labels(style: str, n: int, seed: int = 0) -> list[str]:
     raise InvalidInput(f"unknown label style {style!r}; expected one of {LABEL_STYLES}")
 
 
-def label_permutation(n: int, seed: int, query_id: str, prompt: int, variant: int) -> list[int]:
-    """Which of the style's labels each slot shows: a permutation of 0..n-1 drawn by
-    ``Random(stable seed of "relabel:<prompt>:<variant>")``, drawn again while it is the identity
-    (n = 1 has no other)."""
-    order = list(range(n))
-    if n < 2:
-        return order
-    rng = random.Random(paper_stable_seed(seed, query_id, f"relabel:{prompt}:{variant}"))
-    while order == sorted(order):
-        rng.shuffle(order)
-    return order
+def relabelled(labels: Sequence[str], seed: int) -> list[str]:
+    """The labels a non-canonical variant shows, in slot order: ``labels`` shuffled by
+    ``Random(seed)``, the first two swapped when the shuffle left the list as it was (a one-label
+    list has no other order). The same ``seed`` for every query and prompt: one permutation per
+    variant and width."""
+    shown = list(labels)
+    random.Random(seed).shuffle(shown)
+    if shown == list(labels) and len(shown) > 1:
+        shown[0], shown[1] = shown[1], shown[0]
+    return shown
 
 
 @dataclass(frozen=True)
@@ -118,16 +116,16 @@ class Render:
         if self.separator not in SEPARATORS:
             raise InvalidInput(f"unknown separator {self.separator!r}; expected one of {SEPARATORS}")
         if self.line_labels is not None:
+            # Repeats are allowed: random labels are drawn once and may collide (the paper's rule).
             bad = [x for x in self.line_labels if not x or any(c in x for c in "[]\n")]
-            if bad or len(set(self.line_labels)) != len(self.line_labels):
-                raise InvalidInput(f"line labels must be distinct, non-empty and free of brackets and newlines; "
+            if bad:
+                raise InvalidInput(f"line labels must be non-empty and free of brackets and newlines; "
                                    f"got {self.line_labels}")
 
 
-def render_of(kind: str, variant: int, width: int, *, seed: int, query_id: str, prompt: int,
-              rubric: str) -> Render | None:
+def render_of(kind: str, variant: int, width: int, *, seed: int, rubric: str) -> Render | None:
     """The surface of variant ``variant`` of ``kind`` for a prompt of ``width`` documents
-    (None: the canonical prompt, variant 0 of every kind)."""
+    (None: the canonical prompt, variant 0 of every kind); the same for every query and prompt."""
     if kind not in KINDS:
         raise InvalidInput(f"unknown render perturbation {kind!r}; expected one of {KINDS}")
     if not 0 <= variant < VARIANTS:
@@ -136,8 +134,7 @@ def render_of(kind: str, variant: int, width: int, *, seed: int, query_id: str, 
         return None
     if kind == "id_relabel":
         labels = style_labels(LABEL_STYLES[variant], width, seed)
-        perm = label_permutation(width, seed, query_id, prompt, variant)
-        return Render(line_labels=tuple(labels[p] for p in perm), label_range=(labels[0], labels[-1]))
+        return Render(line_labels=tuple(relabelled(labels, seed)), label_range=(labels[0], labels[-1]))
     if kind == "separator":
         return Render(separator=SEPARATORS[variant])
     table = PARAPHRASES if kind == "rubric_paraphrase" else SCALE_TEMPLATES
@@ -202,5 +199,5 @@ def check_kinds(kinds: Sequence[str]) -> list[str]:
 
 
 __all__ = ["DEFAULT_SCALE", "KINDS", "LABEL_STYLES", "PARAPHRASES", "Render", "SCALES", "SCALE_TEMPLATES",
-           "SEPARATORS", "Scale", "VARIANTS", "check_kinds", "label_permutation", "random_labels", "render_of",
-           "scale_named", "style_labels"]
+           "SEPARATORS", "Scale", "VARIANTS", "check_kinds", "random_labels", "relabelled", "render_of", "scale_named",
+           "style_labels"]

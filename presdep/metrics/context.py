@@ -2,16 +2,19 @@
 the companions say, from their mere presence and from the answer skeleton
 (docs/methods/context-decomposition.md).
 
-Per query and arm, the pool is ranked by score (ties by first-stage rank) and scored by nDCG@k
-through pytrec_eval; on the canonical order (perturbation ``context_canonical``) and averaged
-over the shuffles (``context_shuffled``; A1 has one reading, used for both). The terms close
-exactly: A2 - A1 = (A2 - A3) + (A3 - A4) + (A4 - A1).
+Each arm has two readings per query, one score per document: the canonical order's score
+(perturbation ``context_canonical``) and the order-averaged one, each document's MEAN score over
+the shuffles (``context_shuffled``). A1 is read once and serves both. Per reading, query and arm
+the pool is ranked by score (ties by first-stage rank) and scored by nDCG@k through pytrec_eval:
+one ranking per reading, never a mean of per-shuffle nDCG. The terms close exactly:
+A2 - A1 = (A2 - A3) + (A3 - A4) + (A4 - A1).
 
 * ``ndcg{k}_A1`` .. ``ndcg{k}_A4``;
 * ``width`` = A2 - A1, ``companion_content`` = A2 - A3, ``companion_presence`` = A3 - A4,
   ``skeleton`` = A4 - A1 (screen mode: A1, A4 and ``skeleton`` only);
 * ``score_<term>`` and ``score_<term>_abs``: the mean signed and absolute difference of the two
-  arms' scores of the same document in the same presentation (A1's single reading against each).
+  arms' reading scores of the same document (canonical: the canonical scores; order-averaged:
+  the per-document mean scores).
 
 Aggregate rows (query_id null) are means over queries. The donors' length errors (A3) are one
 aggregate row each under ``context_donors``: ``length_error_mean``, ``length_error_p95``,
@@ -38,6 +41,8 @@ DEFAULT_K = 10
 # term -> (minuend arm, subtrahend arm)
 TERMS = {"width": ("A2", "A1"), "companion_content": ("A2", "A3"), "companion_presence": ("A3", "A4"),
          "skeleton": ("A4", "A1")}
+# One reading: (arm, query) -> (doc ids, their scores, their first-stage ranks)
+Reading = dict[tuple[str, str], tuple[list[str], np.ndarray, np.ndarray]]
 
 
 def arms_of(scores: pl.DataFrame) -> tuple[str, ...]:
@@ -51,47 +56,59 @@ def terms_of(arms: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     return {t: ab for t, ab in TERMS.items() if set(ab) <= set(arms)}
 
 
-def _readings(scores: pl.DataFrame) -> dict[tuple[str, int], dict[str, dict[str, float]]]:
-    """{(arm, presentation): {query: {doc: strict score}}}: each query's pool ranked by score, ties
-    by first-stage rank, as tie-free scores."""
-    out: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
-    for (arm, pres, qid), g in scores.group_by("arm", "presentation", "query_id"):
-        if g["doc_id"].is_duplicated().any():
-            raise InvalidInput(f"context scores: query {qid!r} reads a document twice in arm {arm}, "
-                               f"presentation {pres}")
-        strict = presented_ranks(g["score"].to_numpy(), g["first_stage_rank"].to_numpy())
-        out.setdefault((str(arm), int(pres)), {})[str(qid)] = dict(zip(g["doc_id"].to_list(), strict.tolist()))
+def _check_single_reads(scores: pl.DataFrame) -> None:
+    twice = scores.filter(pl.struct("arm", "presentation", "query_id", "doc_id").is_duplicated())
+    if twice.height:
+        r = twice.row(0, named=True)
+        raise InvalidInput(f"context scores: query {r['query_id']!r} reads document {r['doc_id']!r} twice in arm "
+                           f"{r['arm']}, presentation {r['presentation']}")
+
+
+def canonical_reading(scores: pl.DataFrame) -> Reading:
+    """Every arm's canonical-order scores (A1's one reading included)."""
+    out: Reading = {}
+    for (arm, qid), g in scores.filter(pl.col("presentation") == CANONICAL).group_by("arm", "query_id"):
+        out[(str(arm), str(qid))] = (g["doc_id"].to_list(), g["score"].to_numpy().astype(np.float64),
+                                     g["first_stage_rank"].to_numpy())
     return out
 
 
-def arm_ndcg(scores: pl.DataFrame, qrels: Mapping[str, Mapping[str, int]], k: int = DEFAULT_K
-             ) -> dict[str, dict[str, dict[int, float]]]:
-    """{arm: {query: {presentation: nDCG@k}}} (A1 under presentation -1 only)."""
-    out: dict[str, dict[str, dict[int, float]]] = {}
-    for (arm, pres), runs in _readings(scores).items():
-        for qid, value in ndcg_runs(runs, qrels, k).items():
-            out.setdefault(arm, {}).setdefault(qid, {})[pres] = value
+def order_averaged_reading(scores: pl.DataFrame) -> Reading:
+    """Each document's mean score over the shuffles (presentations other than the canonical), per arm
+    and query; A1, read once, keeps its one reading. Every shuffle must read the same documents."""
+    out = canonical_reading(scores.filter(pl.col("arm") == "A1"))
+    shuffled = scores.filter((pl.col("arm") != "A1") & (pl.col("presentation") != CANONICAL))
+    for (arm, qid), g in shuffled.sort("presentation", "doc_id").group_by("arm", "query_id", maintain_order=True):
+        shuffles, n = g["presentation"].n_unique(), g["doc_id"].n_unique()
+        if g.height != shuffles * n:  # no document is read twice in a shuffle, so each then reads all n
+            raise InvalidInput(f"context scores: arm {arm}, query {qid!r}: its {shuffles} shuffles do not all read "
+                               f"its {n} documents; the order-averaged reading needs every document in every shuffle")
+        mean = g["score"].to_numpy().astype(np.float64).reshape(shuffles, n).mean(axis=0)
+        out[(str(arm), str(qid))] = (g["doc_id"].head(n).to_list(), mean, g["first_stage_rank"].to_numpy()[:n])
     return out
 
 
-def _arm_value(got: Mapping[int, float], arm: str, shuffled: bool) -> float:
-    if arm == "A1" or not shuffled:
-        return got.get(CANONICAL, math.nan)
-    values = [v for p, v in got.items() if p != CANONICAL]
-    return float(np.mean(values)) if values else math.nan
+def reading_ndcg(reading: Reading, qrels: Mapping[str, Mapping[str, int]], k: int = DEFAULT_K
+                 ) -> dict[str, dict[str, float]]:
+    """{arm: {query: nDCG@k}} of each arm's one ranking per query: by score, ties by first-stage rank."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    for (arm, qid), (docs, score, first_stage) in reading.items():
+        runs.setdefault(arm, {})[qid] = dict(zip(docs, presented_ranks(score, first_stage).tolist()))
+    return {arm: ndcg_runs(by_query, qrels, k) for arm, by_query in runs.items()}
 
 
-def _score_differences(scores: pl.DataFrame, a: str, b: str, shuffled: bool) -> pl.DataFrame:
-    """Per query the mean signed and absolute score difference a - b on the same document and
-    presentation (A1's one reading against every presentation)."""
-    keep = (pl.col("presentation") != CANONICAL) if shuffled else (pl.col("presentation") == CANONICAL)
-    left = scores.filter((pl.col("arm") == a) & keep).select("query_id", "doc_id", "presentation", "score")
-    right = scores.filter(pl.col("arm") == b)
-    on = ["query_id", "doc_id"] if b == "A1" else ["query_id", "doc_id", "presentation"]
-    right = right.filter(keep) if b != "A1" else right
-    both = left.join(right.select(*on, pl.col("score").alias("other")), on=on, how="inner")
-    return both.group_by("query_id").agg((pl.col("score") - pl.col("other")).mean().alias("signed"),
-                                         (pl.col("score") - pl.col("other")).abs().mean().alias("abs"))
+def _score_differences(reading: Reading, a: str, b: str) -> dict[str, tuple[float, float]]:
+    """{query: (mean signed, mean absolute)} of a - b over the documents both arms read."""
+    out = {}
+    for (arm, qid), (docs, score, _) in reading.items():
+        if arm != a or (b, qid) not in reading:
+            continue
+        other_docs, other_score, _ = reading[(b, qid)]
+        other = dict(zip(other_docs, other_score.tolist()))
+        diff = np.array([s - other[d] for d, s in zip(docs, score.tolist()) if d in other])
+        if diff.size:
+            out[qid] = (float(diff.mean()), float(np.abs(diff).mean()))
+    return out
 
 
 def context_metrics(scores: pl.DataFrame, qrels: pl.DataFrame | Mapping[str, Mapping[str, int]], *, dataset: str,
@@ -103,21 +120,24 @@ def context_metrics(scores: pl.DataFrame, qrels: pl.DataFrame | Mapping[str, Map
         raise InvalidInput(f"context scores lack column(s) {sorted(missing)}")
     qrels_d = qrels_to_dict(qrels) if isinstance(qrels, pl.DataFrame) else qrels
     arms = arms_of(scores)
-    ndcg = arm_ndcg(scores, qrels_d, k)
-    qids = sorted({q for by_q in ndcg.values() for q in by_q})
+    _check_single_reads(scores)
+    readings = {CANONICAL_PERTURBATION: canonical_reading(scores),
+                SHUFFLED_PERTURBATION: order_averaged_reading(scores)}
+    ndcg = {pert: reading_ndcg(reading, qrels_d, k) for pert, reading in readings.items()}
+    # every judged query of either reading; an arm without a reading of one is null there
+    qids = sorted({q for by_arm in ndcg.values() for by_q in by_arm.values() for q in by_q})
     rows = MetricRows()
-    for pert, shuffled in ((CANONICAL_PERTURBATION, False), (SHUFFLED_PERTURBATION, True)):
-        value = {arm: np.array([_arm_value(ndcg.get(arm, {}).get(q, {}), arm, shuffled) for q in qids])
-                 for arm in arms}
+    for pert, reading in readings.items():
+        value = {arm: np.array([ndcg[pert].get(arm, {}).get(q, math.nan) for q in qids]) for arm in arms}
         for arm in arms:
             rows.per_query(pert, f"ndcg{k}_{arm}", qids, value[arm])
         for term, (a, b) in terms_of(arms).items():
             rows.per_query(pert, term, qids, value[a] - value[b])
         for term, (a, b) in terms_of(arms).items():
-            diff = {r["query_id"]: r for r in _score_differences(scores, a, b, shuffled).iter_rows(named=True)}
+            diff = _score_differences(reading, a, b)
             every = sorted(diff)
-            rows.per_query(pert, f"score_{term}", every, [diff[q]["signed"] for q in every])
-            rows.per_query(pert, f"score_{term}_abs", every, [diff[q]["abs"] for q in every])
+            rows.per_query(pert, f"score_{term}", every, [diff[q][0] for q in every])
+            rows.per_query(pert, f"score_{term}_abs", every, [diff[q][1] for q in every])
     if donors and donors.get("companions"):
         for metric, key in (("length_error_mean", "mean"), ("length_error_p95", "p95"),
                             ("length_exact_share", "exact_share"), ("companions", "companions")):
@@ -125,5 +145,5 @@ def context_metrics(scores: pl.DataFrame, qrels: pl.DataFrame | Mapping[str, Map
     return rows.frame(dataset=dataset, variant=variant, seed=seed, task=task)
 
 
-__all__ = ["CANONICAL_PERTURBATION", "DEFAULT_K", "DONORS_PERTURBATION", "SHUFFLED_PERTURBATION", "TERMS", "arm_ndcg",
-           "arms_of", "context_metrics", "terms_of"]
+__all__ = ["CANONICAL_PERTURBATION", "DEFAULT_K", "DONORS_PERTURBATION", "SHUFFLED_PERTURBATION", "TERMS",
+           "arms_of", "canonical_reading", "context_metrics", "order_averaged_reading", "reading_ndcg", "terms_of"]

@@ -116,7 +116,7 @@ def to_markdown(table: pl.DataFrame, settings: ContextTableSettings = ContextTab
             arm_cells = [_num((got[m] or {}).get("value")) for m in ARM_METRICS]
             term_cells = [(f"{_num(got[t]['value'], True)} [{_num(got[t]['ci_low'], True)}, "
                            f"{_num(got[t]['ci_high'], True)}]") if got[t] else "" for t in terms]
-            order = "canonical" if pert == CANONICAL_PERTURBATION else "shuffles (mean)"
+            order = "canonical" if pert == CANONICAL_PERTURBATION else "order-averaged"
             lines.append("| " + " | ".join([label, dataset, order, str(queries), *arm_cells, *term_cells,
                                             _num((got[SCAFFOLD_SHARE] or {}).get("value"))]) + " |")
     donors = table.filter(pl.col("perturbation") == DONORS_PERTURBATION)
@@ -133,7 +133,8 @@ def to_markdown(table: pl.DataFrame, settings: ContextTableSettings = ContextTab
     note = (f"\nnDCG@{DEFAULT_K} per arm: A1 the document alone; A2 the ordinary chunked read; A3 its real slot and "
             "width with every companion replaced by a donor of about its length from another query; A4 the "
             "document alone under its label with the full skeleton. The terms close: width = companion content + "
-            "companion presence + skeleton. Means over the queries; 95% query-bootstrap intervals "
+            "companion presence + skeleton. Order-averaged: each document's mean score over the shuffles, ranked "
+            "once (ties by first-stage rank). Means over the queries; 95% query-bootstrap intervals "
             f"({settings.resamples} resamples, seed {settings.seed}); scaffold share = skeleton / width. "
             "docs/methods/context-decomposition.md.\n")
     return "\n".join(lines) + "\n" + note

@@ -1,21 +1,22 @@
 """Contrasts between Table 1 rows with intervals and an equivalence test (docs/methods/contrasts.md).
 
 For two rows (Table 1 labels) and each column both fill, the paired hierarchical bootstrap of
-their difference (presdep.report.contrast_bootstrap: seeds, then datasets, then queries), its
-95% interval, whether it excludes 0, and TOST equivalence within +-margin. The paper's pairs
-(``pairs: paper``): OC-SFT against every other trained row, and every trained row against the
-base (off the shelf). Beside them the amortization terms of each task's quality: the anchor is
-the K = 1 quality (``*_shuffle_mean``: nDCG over single passes); R = the base's K = 10
-order-averaged quality - its anchor; I = the ceiling - the base's K = 10 quality (declared per
-dataset, else the largest per-dataset first-stage quality of any row); recovered = a trained
-row's anchor - the base's anchor.
+their difference (presdep.report.contrast_bootstrap: seeds, then datasets, then queries; nested
+by default, crossed as an option), its 95% interval, whether it excludes 0, TOST equivalence
+within +-margin with its 90% interval, each seed's value with its own interval, the seed SD and
+the gate reasons. The paper's pairs (``pairs: paper``): OC-SFT against every other trained row,
+and every trained row against the base (off the shelf). Beside them the amortization terms of
+each task's quality: the anchor is the K = 1 quality (``*_shuffle_mean``: nDCG over single
+passes); R = the base's K = 10 order-averaged quality - its anchor; I = the ceiling - the base's
+K = 10 quality (declared per dataset, else the largest per-dataset first-stage quality of any
+row); recovered = a trained row's anchor - the base's anchor.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Colum
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import write_text_atomic
 from presdep.metrics.rerank_rows import DEGENERATE_METRICS, raised_flags
-from presdep.report.contrast_bootstrap import ALPHA, Side, paired_difference
+from presdep.report.contrast_bootstrap import ALPHA, Difference, Side, paired_difference
 from presdep.report.tables import dataset_means, load_metrics
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,11 @@ QUALITY_COLUMN = {s.task: c for c, s in TABLE1_COLUMNS.items() if s.metric.start
 SCHEMA = {"kind": pl.String, "a": pl.String, "b": pl.String, "column": pl.String, "difference": pl.Float64,
           "ci_low": pl.Float64, "ci_high": pl.Float64, "excludes_zero": pl.Boolean, "se": pl.Float64,
           "tost_p": pl.Float64, "equivalent": pl.Boolean, "datasets": pl.Int64, "queries": pl.Int64,
-          "seeds_a": pl.Int64, "seeds_b": pl.Int64, "degenerate": pl.Boolean}
+          "seeds_a": pl.Int64, "seeds_b": pl.Int64, "degenerate": pl.Boolean, "tost_low": pl.Float64,
+          "tost_high": pl.Float64, "seed_values": pl.String, "seed_intervals": pl.String, "seed_sd": pl.Float64,
+          "seed_sign_change": pl.Boolean, "gate": pl.String, "bootstrap_seed": pl.Int64}
+# The metric family of a column for contrasts.pair_seeds (the paper seeds quality and tau-PSI apart).
+_SEED_FAMILY = {"ndcg@10": "quality", "ndcg@1": "quality"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,21 @@ class Settings:
     resamples: int = 10000
     seed: int = 0
     margin: float = 0.005
+    design: str = "nested"
+    pair_seeds: Mapping[str, int] = field(default_factory=dict)  # metric family -> the first pair's seed
+
+    @classmethod
+    def from_config(cls, section: Mapping) -> Settings:
+        """From the config's validated ``contrasts`` section."""
+        return cls(resamples=section["resamples"], seed=section["seed"], margin=section["margin"],
+                   design=section["design"], pair_seeds=dict(section["pair_seeds"]))
+
+    def seed_of(self, column: str, pair_index: int) -> int:
+        """The bootstrap seed of the pair_index-th pair in a Table 1 column: pair_seeds' value of
+        its metric + the index, else ``seed``."""
+        metric = TABLE1_COLUMNS[column].metric
+        first = self.pair_seeds.get(_SEED_FAMILY.get(metric, metric))
+        return self.seed if first is None else first + pair_index
 
 
 def _rows_of(metrics: pl.DataFrame, variants: Sequence[str], spec: Table1Column) -> pl.DataFrame:
@@ -84,15 +104,29 @@ def sides(metrics: pl.DataFrame, a: Sequence[str], b: Sequence[str], spec_a: Tab
 
 
 def _row(kind: str, a: str, b: str, column: str, pair: tuple[Side, Side, int] | None, st: Settings,
-         degenerate: bool = False) -> dict | None:
+         degenerate: bool = False, seed: int | None = None) -> dict | None:
     if pair is None:
         return None
     sa, sb, n = pair
-    d = paired_difference(sa, sb, resamples=st.resamples, seed=st.seed, margin=st.margin)
+    seed = st.seed if seed is None else seed
+    try:
+        d = paired_difference(sa, sb, resamples=st.resamples, seed=seed, margin=st.margin, design=st.design)
+    except InvalidInput as e:
+        raise InvalidInput(f"contrasts: {a} - {b} in {column}: {e}") from None
     return {"kind": kind, "a": a, "b": b, "column": column, "difference": d.estimate, "ci_low": d.low,
             "ci_high": d.high, "excludes_zero": d.excludes_zero, "se": d.se, "tost_p": d.tost_p,
             "equivalent": d.equivalent(ALPHA), "datasets": len(sa.values), "queries": n,
-            "seeds_a": len(sa.seeds), "seeds_b": len(sb.seeds), "degenerate": degenerate}
+            "seeds_a": len(sa.seeds), "seeds_b": len(sb.seeds), "degenerate": degenerate, **_seed_columns(d),
+            "bootstrap_seed": seed}
+
+
+def _seed_columns(d: Difference) -> dict:
+    """TOST's 90% interval, each training seed's value and own interval, their SD and the gate."""
+    low, high = d.tost_interval
+    return {"tost_low": low, "tost_high": high,
+            "seed_values": "; ".join(f"{s.seed}: {s.value:+.6f}" for s in d.per_seed) or None,
+            "seed_intervals": "; ".join(f"{s.seed}: [{s.low:+.6f}, {s.high:+.6f}]" for s in d.per_seed) or None,
+            "seed_sd": d.seed_sd, "seed_sign_change": d.seed_sign_change, "gate": "; ".join(d.gate_reasons())}
 
 
 def _degenerate(metrics: pl.DataFrame, variants: Sequence[str], column: str) -> bool:
@@ -139,11 +173,11 @@ def contrast_table(metrics: pl.DataFrame, variants: Mapping[str, Variant], pairs
     if unknown:
         raise InvalidInput(f"contrasts.pairs: {unknown} are not Table 1 labels of this config ({sorted(by_label)})")
     out = []
-    for a, b in pairs:
+    for i, (a, b) in enumerate(pairs):
         for column, spec in TABLE1_COLUMNS.items():
             flagged = _degenerate(metrics, by_label[a], column) or _degenerate(metrics, by_label[b], column)
             out.append(_row("contrast", a, b, column, sides(metrics, by_label[a], by_label[b], spec, spec), settings,
-                            flagged))
+                            flagged, settings.seed_of(column, i)))
     if base in variants and not variants[base].skip:
         out += amortization(metrics, variants, by_label, base, settings, ceiling or {})
     return pl.DataFrame([r for r in out if r is not None], schema=SCHEMA)
@@ -180,7 +214,8 @@ def _ceiling_row(metrics: pl.DataFrame, base: str, label: str, task: str, ceilin
     return {"kind": "amortization I", "a": "ceiling", "b": label, "column": QUALITY_COLUMN[task],
             "difference": float(np.mean(gaps)), "ci_low": None, "ci_high": None, "excludes_zero": None, "se": None,
             "tost_p": None, "equivalent": None, "datasets": len(gaps), "queries": None, "seeds_a": None,
-            "seeds_b": None, "degenerate": False}
+            "seeds_b": None, "degenerate": False, "tost_low": None, "tost_high": None, "seed_values": None,
+            "seed_intervals": None, "seed_sd": None, "seed_sign_change": None, "gate": None, "bootstrap_seed": None}
 
 
 def _num(x: float | None) -> str:
@@ -189,14 +224,24 @@ def _num(x: float | None) -> str:
 
 def to_markdown(table: pl.DataFrame, settings: Settings) -> str:
     """The contrasts as a table a reader can quote, then the amortization terms."""
-    head = ("| a - b | column | difference | 95% interval | excludes 0 | TOST (+-{m}) | queries |\n"
-            "|---|---|---|---|---|---|---|").format(m=settings.margin)
+    head = ("| a - b | column | difference | 95% interval | excludes 0 | TOST (+-{m}) | 90% interval | seed SD | "
+            "gate | queries |\n|---|---|---|---|---|---|---|---|---|---|").format(m=settings.margin)
     lines = [head]
-    for r in table.filter(pl.col("kind") == "contrast").iter_rows(named=True):
+    contrasts = table.filter(pl.col("kind") == "contrast")
+    for r in contrasts.iter_rows(named=True):
         title = COLUMN_TITLES[r["column"]] + (" (degenerate)" if r["degenerate"] else "")
+        sd = "" if r["seed_sd"] is None else f"{r['seed_sd']:.4f}"
         lines.append(f"| {r['a']} - {r['b']} | {title} | {_num(r['difference'])} | "
                      f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}] | {'yes' if r['excludes_zero'] else 'no'} | "
-                     f"{'equivalent' if r['equivalent'] else 'not shown'} (p = {r['tost_p']:.3g}) | {r['queries']} |")
+                     f"{'equivalent' if r['equivalent'] else 'not shown'} (p = {r['tost_p']:.3g}) | "
+                     f"[{_num(r['tost_low'])}, {_num(r['tost_high'])}] | {sd} | {r['gate'] or ''} | {r['queries']} |")
+    seeded = contrasts.filter(pl.col("seed_values").is_not_null())
+    if seeded.height:
+        lines += ["", "| a - b | column | each seed: value [its own 95% interval] |", "|---|---|---|"]
+    for r in seeded.iter_rows(named=True):
+        spans = (s.split(": ")[1] for s in r["seed_intervals"].split("; "))
+        each = "; ".join(f"{v} {span}" for v, span in zip(r["seed_values"].split("; "), spans))
+        lines.append(f"| {r['a']} - {r['b']} | {COLUMN_TITLES[r['column']]} | {each} |")
     am = table.filter(pl.col("kind").str.starts_with("amortization"))
     if am.height == 0:
         lines += ["", "No amortization terms: the base row has no K = 1 anchor or K = 10 order-averaged quality here."]
@@ -207,8 +252,12 @@ def to_markdown(table: pl.DataFrame, settings: Settings) -> str:
         row = r["b"] if term in ("R", "I") else r["a"]
         iv = f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] is not None else ""
         lines.append(f"| {term} | {row} | {COLUMN_TITLES[r['column']]} | {_num(r['difference'])} | {iv} |")
-    note = (f"\nPaired hierarchical bootstrap (seeds, then datasets, then queries), {settings.resamples} resamples, "
-            f"seed {settings.seed}; TOST at alpha {ALPHA} with the bootstrap SE, equivalence margin +-{settings.margin}. "
+    seeds = f"seed {settings.seed}" + "".join(f", {metric} {first} + the pair's index"
+                                             for metric, first in settings.pair_seeds.items())
+    note = (f"\nPaired hierarchical bootstrap ({settings.design}: seeds, then datasets, then queries), "
+            f"{settings.resamples} resamples, {seeds}; TOST at alpha {ALPHA} with the bootstrap SE, equivalence margin "
+            f"+-{settings.margin}, its 90% interval; a seed's own interval is seeded with the bootstrap seed + the "
+            "training seed; gate: why a difference is not read as a finding. "
             "R: the base's K = 10 order-averaged quality minus its K = 1 anchor; I: the ceiling minus the base's "
             "K = 10 quality; recovered: a trained row's anchor minus the base's. (degenerate): a Jaccard cell the "
             "threshold rule, not the scorer, sets (table1.md says why) (docs/methods/contrasts.md).\n")

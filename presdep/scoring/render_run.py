@@ -61,7 +61,7 @@ def _plan(q: _Query, texts: list[str], kinds: Sequence[str], *, b: int, chunking
         q.prompts.append((FIRST_STAGE, 0, p, positions, canonical))
         for kind in kinds:
             for v in range(VARIANTS):
-                render = render_of(kind, v, len(docs), seed=seed, query_id=q.qid, prompt=p, rubric=rubric)
+                render = render_of(kind, v, len(docs), seed=seed, rubric=rubric)
                 q.prompts.append((kind, v, p, positions, q.ask(SlotRequest.ordinary(q.query, docs, render))))
 
 
@@ -95,7 +95,7 @@ def score_renders(candidates: pl.DataFrame, scorer: Any, *, b: int, chunking: st
 
     Every query with candidates is eligible; ``queries`` (None: all) of them are read, the first
     in stable-seed order (``query_sample_seed``, as the pool perturbation samples). ``seed`` draws
-    the random labels and each prompt's label permutation; ``rubric`` is the dataset's rubric (its
+    the random labels and each variant's one label permutation; ``rubric`` is the dataset's rubric (its
     paraphrases and scales are shipped beside it); ``max_doc_chars`` cuts every document as the
     score job does (same prompts, same cache keys).
     """

@@ -10,7 +10,7 @@ gold verdict (docs/methods/verdict-flip.md):
    pinned :data:`VERDICT_PROMPT` (greedy, ``max_new_tokens`` = 8, thinking off), through the same
    :class:`presdep.scoring.frozen_reader.FrozenReader` as the QA reader (batches, resume, cache);
 3. the reply is normalised by :func:`normalize_verdict` to SUPPORTED, REFUTED or NEI, or
-   INVALID (no label, or more than one), which stays its own class.
+   INVALID (no alias, or aliases of more than one class), which stays its own class.
 
 Claims whose gold verdict is DISPUTED are not read and are counted, as are claims without a
 gold label. The evidence of a claim is its judged relevant passages (qrels relevance > 0);
@@ -49,22 +49,32 @@ VERDICT_PROMPT = ReaderPrompt(
 INVALID = "INVALID"
 VERDICT_KEYS = ("k", "max_new_tokens", "batch_size", "device", "dtype")
 
-# Phrases a reader may use for each class, matched as whole words after normalisation.
-_ALIASES = {
-    "SUPPORTED": ("SUPPORTED", "SUPPORTS", "SUPPORT", "ENTAILMENT", "ENTAILS"),
-    "REFUTED": ("REFUTED", "REFUTES", "REFUTE", "CONTRADICTS", "CONTRADICTED", "CONTRADICTION", "CONTRADICT"),
-    "NEI": ("NOT ENOUGH INFO", "NOT ENOUGH INFORMATION", "NEI", "INSUFFICIENT"),
+# The paper's aliases of each class (METHODS.md v5), matched on the normalised reply. A bare
+# INSUFFICIENT, INSUFFICIENT DATA or CONTRADICTS is none of them: such a reply is INVALID.
+VERDICT_ALIASES = {
+    "SUPPORTED": ("SUPPORT", "SUPPORTED", "SUPPORTS", "ENTAILMENT", "ENTAILS"),
+    "REFUTED": ("CONTRADICT", "CONTRADICTED", "CONTRADICTION", "REFUTE", "REFUTED", "REFUTES"),
+    "NEI": ("NEI", "NOT ENOUGH INFO", "NOT ENOUGH INFORMATION", "INSUFFICIENT EVIDENCE", "INSUFFICIENT INFORMATION"),
 }
-_ALIAS_PATTERNS = {label: [re.compile(rf"\b{re.escape(a)}\b") for a in aliases] for label, aliases in _ALIASES.items()}
+_CLASS_OF_ALIAS = {alias: label for label, aliases in VERDICT_ALIASES.items() for alias in aliases}
+# Whole words of the normalised text: bounded by its ends or a space (it holds only A-Z and spaces).
+_ALIAS_PATTERNS = {alias: re.compile(rf"(?<!\S){re.escape(alias)}(?!\S)") for alias in _CLASS_OF_ALIAS}
+
+
+def normalized_reply(text: str) -> str:
+    """Runs of ``_`` and ``-`` made a space, upper-cased, every other non-letter made a space,
+    spaces collapsed ("not_enough-info." reads NOT ENOUGH INFO)."""
+    value = re.sub(r"[^A-Z]", " ", re.sub(r"[_-]+", " ", str(text)).upper())
+    return " ".join(value.split())
 
 
 def normalize_verdict(text: str) -> str:
-    """SUPPORTED, REFUTED or NEI when exactly one class is named in the reply, else INVALID.
-
-    Upper-cased, every run of non-letters made one space ("not_enough-info." reads NOT ENOUGH INFO).
-    """
-    value = " ".join(re.sub(r"[^A-Z]+", " ", str(text).upper()).split())
-    found = {label for label, patterns in _ALIAS_PATTERNS.items() if any(p.search(value) for p in patterns)}
+    """SUPPORTED, REFUTED or NEI: the class of the whole normalised reply when it is an alias,
+    else of the aliases found in it as whole words when they name exactly one class; else INVALID."""
+    value = normalized_reply(text)
+    if value in _CLASS_OF_ALIAS:
+        return _CLASS_OF_ALIAS[value]
+    found = {_CLASS_OF_ALIAS[alias] for alias, pattern in _ALIAS_PATTERNS.items() if pattern.search(value)}
     return found.pop() if len(found) == 1 else INVALID
 
 
@@ -147,4 +157,5 @@ def read_verdicts_files(*, scores_path: str | os.PathLike, candidates_path: str 
     return verdicts
 
 
-__all__ = ["INVALID", "VERDICT_PROMPT", "normalize_verdict", "read_verdicts", "read_verdicts_files"]
+__all__ = ["INVALID", "VERDICT_ALIASES", "VERDICT_PROMPT", "normalize_verdict", "normalized_reply", "read_verdicts",
+           "read_verdicts_files"]

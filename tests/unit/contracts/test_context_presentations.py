@@ -14,7 +14,7 @@ from presdep.contracts.context_presentations import (
     DonorPool,
     contexts,
     donations,
-    donor_seed,
+    donor_tie_hash,
     presentation_orders,
 )
 from presdep.contracts.errors import InvalidInput
@@ -45,10 +45,10 @@ def test_a_target_sits_in_its_real_chunk_at_its_slot():
     assert [(c.members, c.slot) for c in rr] == [((4, 1), 0), ((2, 3), 0), ((0,), 0), ((4, 1), 1), ((2, 3), 1)]
 
 
-def test_the_donor_seed_is_the_first_8_bytes_of_sha256():
-    want = int.from_bytes(hashlib.sha256(b"donor:q7:-1:d3:2").digest()[:8], "big")
-    assert donor_seed("q7", CANONICAL, "d3", 2) == want
-    assert donor_seed("q7", 0, "d3", 2) != want
+def test_the_donor_tie_hash_is_the_whole_sha256_digest():
+    want = int(hashlib.sha256(b"donor:q7:-1:d3:2").hexdigest(), 16)
+    assert donor_tie_hash("q7", CANONICAL, "d3", 2) == want
+    assert donor_tie_hash("q7", 0, "d3", 2) != want
 
 
 def test_the_nearest_length_donor_is_chosen_and_never_reused_in_a_context():
@@ -63,19 +63,15 @@ def test_the_nearest_length_donor_is_chosen_and_never_reused_in_a_context():
         DonorPool({})
 
 
-def test_ties_are_drawn_by_the_stable_seed_among_the_unused_by_length_then_id():
+def test_ties_go_to_the_hash_mod_the_unused_tied_in_length_then_id_order():
     # 9 and 11 are both 1 away from 10: the tied list is (length, id) ordered: b9, a11, c11
     pool = DonorPool({"a11": 11, "c11": 11, "b9": 9, "far": 40})
-    tied = ["b9", "a11", "c11"]
-    seed = donor_seed("q", 3, "t", 1)
-    rng = random.Random(seed)
-    want = tied[rng.randrange(3)]
-    assert pool.choose(10, set(), seed) == (want, 1)
-    # with the first pick used, the same seed draws again until an unused one comes up
-    rng, used = random.Random(seed), {want}
-    while (again := tied[rng.randrange(3)]) in used:
-        pass
-    assert pool.choose(10, used, seed) == (again, 1)
+    assert [pool.choose(10, set(), h)[0] for h in range(6)] == ["b9", "a11", "c11"] * 2
+    # a11 used in this context: the tied list is b9, c11
+    assert [pool.choose(10, {"a11"}, h) for h in range(4)] == [("b9", 1), ("c11", 1)] * 2
+    assert [pool.choose(10, {"b9", "c11"}, h)[0] for h in range(3)] == ["a11"] * 3
+    h = donor_tie_hash("q", 3, "t", 1)
+    assert pool.choose(10, {"b9"}, h)[0] == ["a11", "c11"][h % 2]
 
 
 def test_donations_replace_every_companion_by_hand():
@@ -84,5 +80,17 @@ def test_donations_replace_every_companion_by_hand():
     pool = DonorPool({"o4": 4, "o6": 6, "o12": 12, "o30": 30})
     got = donations(ctx, "q", ["d0", "d1", "d2"], [5, 8, 12], pool)
     # slot 0 (length 5): 4 and 6 tie at distance 1 -> drawn by the seed of slot 0
-    first = ["o4", "o6"][random.Random(donor_seed("q", CANONICAL, "d1", 0)).randrange(2)]
+    first = ["o4", "o6"][int(hashlib.sha256(b"donor:q:-1:d1:0").hexdigest(), 16) % 2]
     assert [(g.slot, g.donor, g.length_error) for g in got] == [(0, first, 1), (2, "o12", 0)]
+
+
+def test_choose_equals_the_tie_list_built_in_full():
+    rng = random.Random(0)
+    for _ in range(300):
+        lengths = {f"d{i}": rng.randint(1, 12) for i in range(rng.randint(1, 15))}
+        used = set(rng.sample(sorted(lengths), rng.randint(0, len(lengths) - 1)))
+        length, tie_hash = rng.randint(0, 15), rng.getrandbits(256)
+        unused = [d for d in lengths if d not in used]
+        nearest = min(abs(lengths[d] - length) for d in unused)
+        tied = sorted((lengths[d], d) for d in unused if abs(lengths[d] - length) == nearest)
+        assert DonorPool(lengths).choose(length, used, tie_hash) == (tied[tie_hash % len(tied)][1], nearest)

@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 from presdep.contracts.errors import InvalidInput
-from presdep.contracts.pool_presentations import paper_stable_seed
 from presdep.contracts.render_variants import (
     KINDS,
     SCALES,
     VARIANTS,
     Render,
-    label_permutation,
     random_labels,
+    relabelled,
     render_of,
     style_labels,
 )
@@ -34,7 +33,7 @@ def test_label_styles_by_hand():
 
 def test_random_labels_are_three_characters_drawn_by_seed_times_10000_plus_i():
     labels = random_labels(7, 20)
-    assert len(set(labels)) == 20 and all(len(x) == 3 and x.isalnum() and x.upper() == x for x in labels)
+    assert all(len(x) == 3 and x.isalnum() and x.upper() == x for x in labels)
     # Label i: three draws of Random(seed * 10000 + i).choice over A-Z then 0-9.
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     for i in (1, 2, 20):
@@ -44,33 +43,29 @@ def test_random_labels_are_three_characters_drawn_by_seed_times_10000_plus_i():
 
 
 def test_a_non_canonical_permutation_is_never_the_identity():
-    for prompt in range(50):
+    for seed in range(50):
         for n in (2, 3, 20):
-            perm = label_permutation(n, 0, "q1", prompt, 1)
-            assert sorted(perm) == list(range(n)) and perm != list(range(n))
-    assert label_permutation(1, 0, "q1", 0, 1) == [0]
-    # The paper's stable seed of (seed, query, "relabel:<prompt>:<variant>"), shuffled until not the identity.
-    rng = random.Random(paper_stable_seed(3, "q9", "relabel:2:4"))
-    want = list(range(5))
-    while want == sorted(want):
-        rng.shuffle(want)
-    assert label_permutation(5, 3, "q9", 2, 4) == want
+            labels = [str(i) for i in range(n)]
+            shown = relabelled(labels, seed)
+            assert sorted(shown) == sorted(labels) and shown != labels
+    assert relabelled(["A"], 0) == ["A"]
 
 
 def test_render_of_each_kind():
-    assert all(render_of(k, 0, 4, seed=0, query_id="q", prompt=0, rubric="relevance_v2") is None for k in KINDS)
-    relabel = render_of("id_relabel", 1, 4, seed=0, query_id="q", prompt=0, rubric="relevance_v2")
+    assert all(render_of(k, 0, 4, seed=0, rubric="relevance_v2") is None for k in KINDS)
+    relabel = render_of("id_relabel", 1, 4, seed=0, rubric="relevance_v2")
     assert sorted(relabel.line_labels) == ["A", "B", "C", "D"] and relabel.line_labels != ("A", "B", "C", "D")
     assert relabel.label_range == ("A", "D") and relabel.separator == "newline" and relabel.template is None
-    assert [render_of("separator", v, 4, seed=0, query_id="q", prompt=0, rubric="x").separator
+    assert [render_of("separator", v, 4, seed=0, rubric="x").separator
             for v in range(1, VARIANTS)] == ["dash", "hash", "xml", "passage"]
-    assert render_of("scale", 4, 4, seed=0, query_id="q", prompt=0, rubric="relevance_v2").template == "relevance_words_v2"
+    assert render_of("scale", 4, 4, seed=0, rubric="relevance_v2").template == "relevance_words_v2"
     with pytest.raises(InvalidInput, match="rubric 'answer_support_v2' has no shipped variants"):
-        render_of("rubric_paraphrase", 1, 4, seed=0, query_id="q", prompt=0, rubric="answer_support_v2")
+        render_of("rubric_paraphrase", 1, 4, seed=0, rubric="answer_support_v2")
     with pytest.raises(InvalidInput, match="variant 5 outside 0..4"):
-        render_of("separator", 5, 4, seed=0, query_id="q", prompt=0, rubric="relevance_v2")
-    with pytest.raises(InvalidInput, match="line labels must be distinct"):
-        Render(line_labels=("A", "A"))
+        render_of("separator", 5, 4, seed=0, rubric="relevance_v2")
+    assert Render(line_labels=("A", "A")).line_labels == ("A", "A")  # drawn-once random labels may repeat
+    with pytest.raises(InvalidInput, match="line labels must be non-empty"):
+        Render(line_labels=("A", ""))
     with pytest.raises(InvalidInput, match="free of brackets"):
         Render(line_labels=("A]", "B"))
 

@@ -1,6 +1,9 @@
-"""The verdict table: seed means per row and collection, and the Markdown a reader sees."""
+"""The verdict table: seed means per row and collection, the verdict flip per seed and its sample SD
+over seeds, and the Markdown a reader sees."""
 
 from __future__ import annotations
+
+import statistics
 
 import polars as pl
 import pytest
@@ -33,7 +36,13 @@ def test_seed_means_and_markdown(tmp_path):
     oc = table.row(1, named=True)
     assert oc["verdict_flip"] == pytest.approx(0.2) and oc["seeds"] == 2 and oc["claims"] == 10
     assert oc["evidence_slot_var"] is None and oc["disputed_excluded"] == 2
+    assert oc["verdict_flip_sd"] == pytest.approx(statistics.stdev([0.1, 0.3]))  # sample SD over seeds
+    assert oc["verdict_flip_by_seed"] == "42: 0.100000; 43: 0.300000"
+    base = table.row(0, named=True)
+    assert base["verdict_flip_sd"] is None and base["verdict_flip_by_seed"] == "none: 0.500000"  # one, unseeded
     md = (tmp_path / "v.md").read_text(encoding="utf-8")
-    assert "| OC-SFT | climate-fever | 10 | 0.200 | 0.500 | 0.400 | 0.100 | 0.800 | 1.50 | - |" in md
+    assert ("| OC-SFT | climate-fever | 10 | 0.200 | 0.141 | 42: 0.100; 43: 0.300 | 0.500 | 0.400 | 0.100 | 0.800 "
+            "| 1.50 | - |") in md
+    assert "| Off the shelf | climate-fever | 10 | 0.500 | - | none: 0.500 |" in md
     assert "evidence in top 5" in md and "climate-fever: 2" in md
     assert pl.read_csv(tmp_path / "v.csv").height == 2

@@ -51,7 +51,7 @@ def requests() -> list[SlotRequest]:
     out = [SlotRequest(QUERY, DOCS, (1, 2, 3, 4), 4, (1, 2, 3, 4)), SlotRequest(QUERY, DOCS[:1], (3,), 5, (3,))]
     for kind in KINDS:
         for v in range(1, VARIANTS):
-            render = render_of(kind, v, 4, seed=0, query_id="q1", prompt=0, rubric="relevance_v2")
+            render = render_of(kind, v, 4, seed=0, rubric="relevance_v2")
             out.append(SlotRequest(QUERY, DOCS, (1, 2, 3, 4), 4, (1, 2, 3, 4), render))
     return out
 

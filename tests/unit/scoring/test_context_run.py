@@ -135,7 +135,8 @@ def test_donors_come_from_other_queries_never_judged_or_pooled_and_never_twice_i
     assert a3 and len(got.length_errors) == sum(len(r.docs) - 1 for r in a3)
     for r in a3:
         companions = [d for i, d in enumerate(r.docs, start=1) if i != r.read[0]]
-        assert len(set(companions)) == len(companions)
+        for text in set(companions):  # two documents may share a text: never more copies than documents hold it
+            assert companions.count(text) <= len(text_owner[" ".join(text.split())])
     assert got.scores["query_id"].n_unique() == 2
 
 

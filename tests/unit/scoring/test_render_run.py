@@ -64,7 +64,7 @@ def test_a_separator_keeps_the_labels_and_the_skeleton(tiny, separator, shown):
 def test_the_canonical_render_is_the_ordinary_prompt_and_a_paraphrase_its_own_rubric(tiny):
     ordinary = tiny.builder.build(Q, list(DOCS))
     for kind in KINDS:
-        none = render_of(kind, 0, 3, seed=0, query_id="q", prompt=0, rubric="relevance_v2")
+        none = render_of(kind, 0, 3, seed=0, rubric="relevance_v2")
         assert tiny.builder.build_request(SlotRequest.ordinary(Q, DOCS, none)).ids == ordinary.ids
     got = tiny.builder.build_request(SlotRequest.ordinary(Q, DOCS, Render(template="relevance_para2_v2")))
     text, head = _head(tiny, load_template("relevance_para2_v2"), None)

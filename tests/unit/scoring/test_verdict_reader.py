@@ -16,8 +16,8 @@ from presdep.scoring.verdict_reader import VERDICT_PROMPT, normalize_verdict, re
 
 @pytest.mark.parametrize("reply, label", [
     ("SUPPORTED", "SUPPORTED"), ("supports", "SUPPORTED"), ("Entailment.", "SUPPORTED"),
-    ("REFUTED", "REFUTED"), ("Refutes", "REFUTED"), ("contradicts the claim", "REFUTED"),
-    ("NOT ENOUGH INFO", "NEI"), ("not_enough-info.", "NEI"), ("Insufficient", "NEI"), ("NEI", "NEI"),
+    ("REFUTED", "REFUTED"), ("Refutes", "REFUTED"), ("contradicts the claim", "INVALID"),  # CONTRADICTS: no alias
+    ("NOT ENOUGH INFO", "NEI"), ("not_enough-info.", "NEI"), ("Insufficient", "INVALID"), ("NEI", "NEI"),
     ("Verdict: **SUPPORTED**", "SUPPORTED"),
     ("SUPPORTED or REFUTED", "INVALID"),  # two classes named
     ("The claim is true", "INVALID"), ("", "INVALID"),
