@@ -148,12 +148,23 @@ def labels_of(variants: Mapping[str, Variant]) -> dict[str, list[str]]:
     return out
 
 
+# The order of the paper's OC-SFT contrasts (its bootstrap seeds are 100 + i and 200 + i, i the
+# index): k10-SFT, permutation augmentation, DebiasFirst, k1-SFT; other objectives follow.
+PAPER_OPPONENTS = ("order_averaged", "perm_aug", "debias_first", "single_order")
+
+
 def paper_pairs(variants: Mapping[str, Variant], base: str | None) -> list[tuple[str, str]]:
-    """OC-SFT against every other trained row, then every trained row against the base."""
-    trained = list(dict.fromkeys(v.label for v in variants.values() if v.student and not v.skip))
-    focus = list(dict.fromkeys(v.label for v in variants.values()
-                               if v.student and not v.skip and v.student.objective == "oc_sft"))
-    pairs = [(f, t) for f in focus for t in trained if t != f]
+    """OC-SFT against every other trained row (in the paper's order), then every trained row
+    against the base (in the config's order)."""
+    students = [v for v in variants.values() if v.student and not v.skip]
+    trained = list(dict.fromkeys(v.label for v in students))
+
+    def paper_rank(label: str) -> int:
+        objective = next(v.student.objective for v in students if v.label == label)
+        return PAPER_OPPONENTS.index(objective) if objective in PAPER_OPPONENTS else len(PAPER_OPPONENTS)
+
+    focus = list(dict.fromkeys(v.label for v in students if v.student.objective == "oc_sft"))
+    pairs = [(f, t) for f in focus for t in sorted(trained, key=paper_rank) if t != f]  # sorted is stable
     if base in variants and not variants[base].skip:
         pairs += [(t, variants[base].label) for t in trained]
     return pairs

@@ -49,7 +49,7 @@ VERDICT_PROMPT = ReaderPrompt(
 INVALID = "INVALID"
 VERDICT_KEYS = ("k", "max_new_tokens", "batch_size", "device", "dtype")
 
-# The paper's aliases of each class (METHODS.md v5), matched on the normalised reply. A bare
+# The paper's aliases of each class (docs/methods/verdict-flip.md), matched on the normalised reply. A bare
 # INSUFFICIENT, INSUFFICIENT DATA or CONTRADICTS is none of them: such a reply is INVALID.
 VERDICT_ALIASES = {
     "SUPPORTED": ("SUPPORT", "SUPPORTED", "SUPPORTS", "ENTAILMENT", "ENTAILS"),

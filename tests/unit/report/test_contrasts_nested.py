@@ -14,11 +14,11 @@ import polars as pl
 import pytest
 from config_errors import config_error
 
-from presdep.config import SCHEMA_PATH, load_yaml, validate_config
+from presdep.config import SCHEMA_PATH, load_workflow_config, load_yaml, validate_config
 from presdep.config.records import Variant
 from presdep.contracts.errors import InvalidInput
 from presdep.report.contrast_bootstrap import Side, paired_difference
-from presdep.report.contrasts import Settings, contrast_table, to_markdown
+from presdep.report.contrasts import Settings, contrast_table, paper_pairs, to_markdown
 
 REPO = Path(__file__).resolve().parents[3]
 SEEDS = (42, 43, 44)
@@ -239,5 +239,9 @@ def test_the_config_chooses_the_design_and_the_per_pair_seeds():
     assert "contrasts.pair_seeds" in config_error(config) and "ndcg" in config_error(config)
     paper = load_yaml(REPO / "configs" / "paper.yaml")["contrasts"]
     settings = Settings.from_config({**validate_config(config | {"contrasts": paper}, SCHEMA_PATH)["contrasts"]})
-    assert paper["pairs"][0] == ["OC-SFT", "Order-averaged"] and settings.resamples == 10000
+    assert paper["pairs"] == "paper" and settings.resamples == 10000
+    variants = load_workflow_config(load_yaml(REPO / "configs" / "paper.yaml"), SCHEMA_PATH)[1].variants
+    assert paper_pairs(variants, "off_the_shelf")[:4] == [
+        ("OC-SFT", "Order-averaged"), ("OC-SFT", "Permutation augmentation"), ("OC-SFT", "DebiasFirst"),
+        ("OC-SFT", "Single-order")]
     assert (settings.seed_of("rerank_ndcg10", 0), settings.seed_of("qa_tau_psi", 3)) == (100, 203)
