@@ -5,8 +5,8 @@ longest first, cut by a character budget and a prompt count. Each finished batch
 flushed to ``<out>.partial/b-<index>.arrow`` (Arrow IPC, written atomically; its layout
 rows and scores, keyed by the prompt's index in the job's prompt list), after its record
 ``b-<index>.record.json``: the sha256 of the batch file's bytes and the batch's hosted
-usage, sealed by a sha256 of its own. On resume a batch whose record, bytes, layout or keys
-fail a check is discarded with a warning naming it and read again, so a damaged file never
+usage, a JSON artifact sealed by its own sha256 (:mod:`presdep.contracts.json_artifacts`).
+On resume a batch whose record, bytes, layout or keys fail a check is discarded with a warning naming it and read again, so a damaged file never
 crashes the job nor changes a label. The folder carries a fingerprint of everything the
 reads depend on, the teacher's files by content included (:mod:`presdep.runtime.resume`),
 so a killed job repeats at most the batch in flight and a folder left by other inputs,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -28,8 +27,9 @@ from typing import Any
 import polars as pl
 from polars.exceptions import PanicException
 
-from presdep.contracts.errors import InvalidInput
-from presdep.contracts.schemas import write_bytes_atomic, write_text_atomic
+from presdep.contracts.errors import InvalidInput, SchemaError
+from presdep.contracts.json_artifacts import check_json_artifact, write_json_artifact
+from presdep.contracts.schemas import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ BATCH_PROMPTS = 64
 BATCH_TOKENS = 1 << 18
 BATCH_CHARS = 1 << 20
 # How batches are stored (part of the fingerprint: a folder of another layout is discarded whole).
-BATCH_FILES = "b-<index>.arrow (Arrow IPC) after b-<index>.record.json (its sha256 and stats, sealed)"
+BATCH_FILES = "b-<index>.arrow (Arrow IPC) after b-<index>.record.json (its sha256 and stats, a JSON artifact)"
 LENGTH_RULE = "characters of the query and the prepared documents"
 TOKEN_RULE = "tokens of the teacher's prompt (its tokenizer and template)"
 
@@ -110,8 +110,8 @@ def write_batch(partial: Path, k: int, rows: pl.DataFrame, stats: Mapping[str, A
     buf = io.BytesIO()
     rows.write_ipc(buf)
     data = buf.getvalue()
-    write_text_atomic(record_path(partial, k), _sealed({"rows_sha256": hashlib.sha256(data).hexdigest(),
-                                                        "stats": stats}))
+    write_json_artifact(record_path(partial, k), {"rows_sha256": hashlib.sha256(data).hexdigest(), "stats": stats},
+                        default=str)
     write_bytes_atomic(batch_path(partial, k), data)
     return pl.read_ipc(data)
 
@@ -138,17 +138,16 @@ def batch_record(partial: Path, k: int) -> dict:
     """Batch ``k``'s record (``rows_sha256``, ``stats``), checked against its own seal."""
     path = record_path(partial, k)
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
+        record, sealed = check_json_artifact(path.read_bytes())
     except FileNotFoundError:
         raise DamagedBatch(f"its record {path.name} is missing") from None
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+    except OSError as exc:
         raise DamagedBatch(f"its record {path.name} is unreadable ({type(exc).__name__})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("rows_sha256"), str):
-        raise DamagedBatch(f"its record {path.name} lacks the rows' sha256")
-    body = {key: record.get(key) for key in ("rows_sha256", "stats")}
-    if record.get("seal") != _seal(body):
-        raise DamagedBatch(f"its record {path.name} does not match its own sha256")
-    return body
+    except SchemaError as exc:
+        raise DamagedBatch(f"its record {path.name} {exc}") from None
+    if not sealed or not isinstance(record.get("rows_sha256"), str):
+        raise DamagedBatch(f"its record {path.name} lacks its own sha256 or the rows' sha256")
+    return {key: record.get(key) for key in ("rows_sha256", "stats")}
 
 
 def _checked_batch(partial: Path, k: int, expect: pl.DataFrame) -> tuple[pl.DataFrame, dict | None]:
@@ -178,16 +177,6 @@ def parse_batch(data: bytes, k: int, expect: pl.DataFrame) -> pl.DataFrame:
     except (Exception, PanicException) as exc:  # a panic of the IPC reader derives from BaseException
         raise DamagedBatch(f"unreadable as Arrow IPC ({type(exc).__name__}: {str(exc)[:200]})") from None
     return df
-
-
-def _seal(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-
-
-def _sealed(body: Mapping[str, Any]) -> str:
-    """``body`` as JSON with a ``seal``: the sha256 of its canonical JSON (as it reads back)."""
-    plain = json.loads(json.dumps(body, sort_keys=True, default=str))
-    return json.dumps({**plain, "seal": _seal(plain)}, sort_keys=True)
 
 
 def stats_delta(now: Mapping[str, Any], before: Mapping[str, Any]) -> dict:
