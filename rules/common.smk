@@ -4,7 +4,7 @@ from pathlib import Path
 
 import presdep
 from presdep.config import SCHEMA_PATH, apply_replacing_sections, load_workflow_config, thaw
-from presdep.config.departures import departures
+from presdep.config.departures import departures, shared_permutation_datasets
 from presdep.config.load import check_config_files
 from presdep.config.light_rules import check_light_rules_ungrouped
 from presdep.config.run_names import RESERVED_RUN_NAMES

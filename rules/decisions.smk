@@ -36,6 +36,7 @@ rule contrasts:
     params:
         variants=CFG.variants_table(),
         settings=thaw(CFG.raw["contrasts"]),
+        shared_permutations=shared_permutation_datasets(CFG),
         version=PRESDEP_VERSION,
     log:
         f"{LOGS}/contrasts.log",

@@ -18,6 +18,7 @@ rule stability:
         resamples=CFG.stability["resamples"],
         seed=CFG.stability["seed"],
         labels={name: v.label for name, v in CFG.variants.items()},
+        shared_permutations=shared_permutation_datasets(CFG),
         version=PRESDEP_VERSION,
     log:
         f"{LOGS}/stability.log",

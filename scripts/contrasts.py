@@ -15,4 +15,5 @@ write_contrasts(
     base=s["base"],
     settings=Settings.from_config(s),
     ceiling=s["ceiling"],
+    shared_permutations=p.shared_permutations,
 )

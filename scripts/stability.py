@@ -18,6 +18,7 @@ result = write_table1_stability(
     resamples=snakemake.params.resamples,  # noqa: F821
     seed=snakemake.params.seed,  # noqa: F821
     labels=snakemake.params.labels,  # noqa: F821
+    shared_permutations=snakemake.params.shared_permutations,  # noqa: F821
 )
 for column, res in result["columns"].items():
     for warning in res["warnings"]:

@@ -30,3 +30,9 @@ def departures(cfg: WorkflowConfig) -> list[str]:
         out.append("answers taken by the lenient extraction (any answer label, markdown removed), not the "
                    "paper's first line without 'Answer:'")
     return out
+
+
+def shared_permutation_datasets(cfg: WorkflowConfig) -> list[str]:
+    """Table 1's datasets whose queries share their M slot permutations (shuffle_rule paper or
+    cyclic): an interval that resamples their queries is conditional on those permutations."""
+    return sorted(n for n in cfg.table1_datasets if cfg.datasets[n].protocol.shuffle_rule != "per_query")

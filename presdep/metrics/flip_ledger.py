@@ -14,7 +14,10 @@ ensembles). Its cause is the first of, in this order (docs/methods/flip-ledger.m
    the same values in a and b;
 5. ``companions``: the decision is the same in the ``within_chunk`` presentations (companions
    fixed); for ``retained``, in those that show d in the slots a and b showed it in;
-6. ``content``: none of the above.
+6. ``content`` (the stored key; reports say "not explained by an additive slot effect",
+   REMAINDER_WORDS): none of the above. It is a remainder, not a finding about content: a
+   flip lands here when no earlier test passed, including tests that could not be evaluated
+   (noise needs ``protocol.noise_rereads`` >= 2, companions ``within_chunk`` presentations).
 
 A test that the data cannot evaluate is skipped for that row (null in its column) and
 never counted as passed or failed.
@@ -37,6 +40,11 @@ from presdep.metrics.qa import normalize_answer
 
 CAUSES = ("tie", "noise", "parse", "slot", "companions", "content")
 TESTED_CAUSES = CAUSES[:-1]  # content is the remainder: always "evaluable"
+# What a person reads for each cause key. The remainder keeps its stored key "content" (the
+# ledger's Parquet column, the metrics rows and the counts file read it), but says what it is:
+# the additive doc + slot fit did not reproduce the flip, and nothing tested before it did.
+REMAINDER_WORDS = "not explained by an additive slot effect"
+CAUSE_WORDS = {**{c: c for c in TESTED_CAUSES}, "content": REMAINDER_WORDS}
 DECISIONS = {"rerank": ("retained", "matched"), "qa": ("reader_input", "answer"), "response": ("selected", "pair")}
 WITHIN_CHUNK = "within_chunk"
 READER_K = 5  # the reader's headline k (presdep.scoring.reader)
@@ -440,4 +448,5 @@ def ledger_shares(ledger: pl.DataFrame, decision: str | None = None) -> dict[str
     return out
 
 
-__all__ = ["CAUSES", "DECISIONS", "LEDGER_SCHEMA", "TESTED_CAUSES", "flip_ledger", "ledger_shares"]
+__all__ = ["CAUSES", "CAUSE_WORDS", "DECISIONS", "LEDGER_SCHEMA", "REMAINDER_WORDS", "TESTED_CAUSES", "flip_ledger",
+           "ledger_shares"]

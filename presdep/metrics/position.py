@@ -15,6 +15,8 @@ it sat in inside its prompt), say whether the score follows the document or the 
   first slots always score highest, whatever sits there.
 * **Spearman(mean score, grade)**: each document's score averaged over the shuffles
   against its qrels grade (unjudged = 0), per query: does the score follow relevance?
+  Its one-sided permutation test within queries (:func:`score_grade_p_value`) says whether
+  a negative mean over queries is more than chance: the score runs against the qrels.
 * **variance shares** of the scores of a query over its shuffles, from least squares:
   document = what document means explain (SS_doc / SS_total); slot = what an additive
   slot effect explains beyond them ((SS_doc+slot - SS_doc) / SS_total); residual = the
@@ -26,6 +28,7 @@ and left out of the means, as elsewhere in the metrics.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -33,6 +36,14 @@ import numpy as np
 
 # A z of 1.96: the 95% normal interval of a slot's mean (rows treated as independent).
 Z95 = 1.959963984540054
+# The score-grade test: permutations and a fixed seed (the same scores give the same p-value on
+# every machine); 9,999 so that a Bonferroni correction over tens of runs can still reach 0.01.
+GRADE_PERMUTATIONS = 9999
+GRADE_PERMUTATION_SEED = 4042
+# A permuted mean rho equal to the observed one up to float rounding counts as "<=".
+_TIE = 1e-12
+# Permutations drawn at once per query: bounds memory at (block, n) floats.
+_BLOCK = 1000
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -56,6 +67,63 @@ def slot_score_spearman(scores: np.ndarray, slots: np.ndarray) -> float:
 def score_grade_spearman(scores: np.ndarray, grades: np.ndarray) -> float:
     """Spearman of each document's mean score over the shuffles with its grade."""
     return _spearman(scores.mean(axis=0), np.asarray(grades, dtype=np.float64))
+
+
+def _centred_ranks(x: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata  # here, not at the top (see _spearman)
+
+    r = rankdata(x)
+    return r - r.mean()
+
+
+def _joint_orders(parts: Sequence[tuple[np.ndarray, np.ndarray]], cap: int) -> int:
+    """The number of joint orders of the queries' grades, or cap + 1 once it exceeds cap."""
+    count = 1
+    for _, b in parts:
+        for k in range(2, b.size + 1):
+            count *= k
+            if count > cap:
+                return cap + 1
+    return count
+
+
+def score_grade_p_value(blocks: Sequence[tuple[np.ndarray, np.ndarray]], permutations: int = GRADE_PERMUTATIONS,
+                        seed: int = GRADE_PERMUTATION_SEED) -> float:
+    """One-sided p-value of "the score does not run against the qrels" for the mean over queries of
+    :func:`score_grade_spearman`; ``blocks``: per query (scores (M, n), grades (n,)). NaN when no
+    query has a defined rho.
+
+    Null: each query's grades are permuted among its documents, independently per query. Why not
+    one pooled Spearman test over all (score, grade) pairs: documents are clustered by query, so
+    pooling would count every document as an independent draw and mix the score level of a query
+    with the association inside it, a different statistic from the one reported. Permuting within
+    queries keeps each query's scores and grades and breaks only their link, so its null is the
+    reported statistic's own distribution when no query's score follows its grades (rho = 0, the
+    boundary of "rho >= 0"). p = #{null <= observed} / N over every joint order when there are at
+    most ``permutations`` of them (with one query: the exact permutation test of Spearman's rho),
+    else (1 + #{null <= observed}) / (1 + permutations) over random ones."""
+    parts = []
+    for scores, grades in blocks:
+        a, b = _centred_ranks(scores.mean(axis=0)), _centred_ranks(np.asarray(grades, dtype=np.float64))
+        norm = math.sqrt(float(a @ a) * float(b @ b))
+        if norm > 0:  # rho of query q under an order of its grades: (a / norm) @ b[order]
+            parts.append((a / norm, b))
+    if not parts:
+        return math.nan
+    observed = sum(float(a @ b) for a, b in parts) / len(parts)
+    if _joint_orders(parts, permutations) <= permutations:
+        null = np.zeros(1)
+        for a, b in parts:  # every joint order: the outer sum of each query's rho over its orders
+            rhos = np.array([a @ b[list(order)] for order in itertools.permutations(range(b.size))])
+            null = (null[:, None] + rhos[None, :]).ravel()
+        return float((null / len(parts) <= observed + _TIE).mean())
+    rng = np.random.default_rng(seed)
+    null = np.zeros(permutations)
+    for a, b in parts:
+        for start in range(0, permutations, _BLOCK):
+            stop = min(start + _BLOCK, permutations)
+            null[start:stop] += rng.permuted(np.tile(b, (stop - start, 1)), axis=1) @ a
+    return float((1 + int((null / len(parts) <= observed + _TIE).sum())) / (1 + permutations))
 
 
 def variance_shares(scores: np.ndarray, slots: np.ndarray) -> tuple[float, float, float]:
@@ -122,5 +190,5 @@ def query_blocks(rows: Mapping[str, Sequence], grades: Mapping[str, Mapping[str,
     return out
 
 
-__all__ = ["Z95", "query_blocks", "score_grade_spearman", "slot_profile", "slot_score_spearman",
-           "variance_shares"]
+__all__ = ["GRADE_PERMUTATIONS", "GRADE_PERMUTATION_SEED", "Z95", "query_blocks", "score_grade_p_value",
+           "score_grade_spearman", "slot_profile", "slot_score_spearman", "variance_shares"]

@@ -5,12 +5,14 @@ perturbation ``random_shuffle`` (docs/methods/position.md):
 
 * per query (and their mean): ``spearman_slot_score``, ``spearman_score_grade``,
   ``var_share_doc`` / ``var_share_slot`` / ``var_share_residual``, ``slot_share_chance``;
+* aggregate only: ``spearman_score_grade_p_value``, the one-sided permutation test within
+  queries of "the mean score-grade Spearman is not below 0" (position.score_grade_p_value);
 * aggregate only: the slot profile ``slot_mean_sNN``, ``slot_centred_mean_sNN`` and their
   ``*_ci95_sNN`` normal half-widths (rows as independent); the query-clustered bootstrap
   interval of the centred mean, ``slot_centred_ci95_clustered_low_sNN`` / ``_high_sNN``; the
   permutation test ``slot_p_value`` and its null mean ``slot_share_null_mean``.
 
-:func:`slot_test_cells` reads the test back per run from a (concatenated) metrics table.
+:func:`slot_test_cells` reads the tests back per run from a (concatenated) metrics table.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from presdep.metrics.rows import MetricRows
 
 # The aggregate rows slot_test_cells returns, one column each.
 SLOT_TEST_METRICS = ("var_share_slot", "slot_share_chance", "slot_share_null_mean", "slot_p_value")
+# The score-grade test's aggregate row (read back the same way).
+GRADE_P_VALUE = "spearman_score_grade_p_value"
+POSITION_TEST_METRICS = (*SLOT_TEST_METRICS, GRADE_P_VALUE)
 _RUN = ("variant", "task", "dataset", "seed")
 
 
@@ -43,6 +48,7 @@ def add_position_rows(rows: MetricRows, scores: pl.DataFrame, qrels_d: Mapping) 
                    [position.slot_score_spearman(sc, sl) for _, sc, sl, _ in blocks])
     rows.per_query(RANDOM_SHUFFLE, "spearman_score_grade", qids,
                    [position.score_grade_spearman(sc, g) for _, sc, _, g in blocks])
+    rows.add(RANDOM_SHUFFLE, None, GRADE_P_VALUE, position.score_grade_p_value([(sc, g) for _, sc, _, g in blocks]))
     shares = [position.variance_shares(sc, sl) for _, sc, sl, _ in blocks]
     for i, part in enumerate(("doc", "slot", "residual")):
         rows.per_query(RANDOM_SHUFFLE, f"var_share_{part}", qids, [s[i] for s in shares])
@@ -64,21 +70,22 @@ def add_position_rows(rows: MetricRows, scores: pl.DataFrame, qrels_d: Mapping) 
     rows.add(RANDOM_SHUFFLE, None, "slot_share_null_mean", test.null_mean)
 
 
-def slot_test_cells(metrics: pl.DataFrame) -> pl.DataFrame:
+def slot_test_cells(metrics: pl.DataFrame, names: tuple[str, ...] = SLOT_TEST_METRICS) -> pl.DataFrame:
     """Per run of a (concatenated) metrics table: variant, task, dataset, seed, then the aggregate
-    random-shuffle rows of SLOT_TEST_METRICS as columns (null where a run lacks one), sorted by
-    run. Runs without any of them (no random shuffles scored) are absent."""
+    random-shuffle rows of ``names`` (SLOT_TEST_METRICS, or POSITION_TEST_METRICS with the
+    score-grade test) as columns (null where a run lacks one), sorted by run. Runs without any
+    of them (no random shuffles scored) are absent."""
     agg = metrics.filter((pl.col("perturbation") == RANDOM_SHUFFLE) & pl.col("query_id").is_null()
-                         & pl.col("metric").is_in(list(SLOT_TEST_METRICS)))
-    schema = {**{c: metrics.schema[c] for c in _RUN}, **{m: pl.Float64 for m in SLOT_TEST_METRICS}}
+                         & pl.col("metric").is_in(list(names)))
+    schema = {**{c: metrics.schema[c] for c in _RUN}, **{m: pl.Float64 for m in names}}
     if agg.height == 0:
         return pl.DataFrame(schema=schema)
     keys = agg.select(*_RUN).unique()
     out = keys
-    for m in SLOT_TEST_METRICS:
+    for m in names:
         part = agg.filter(pl.col("metric") == m).select(*_RUN, pl.col("value").cast(pl.Float64).alias(m))
         out = out.join(part, on=list(_RUN), how="left", nulls_equal=True)
     return out.select(list(schema)).sort(*_RUN, nulls_last=False)
 
 
-__all__ = ["SLOT_TEST_METRICS", "add_position_rows", "slot_test_cells"]
+__all__ = ["GRADE_P_VALUE", "POSITION_TEST_METRICS", "SLOT_TEST_METRICS", "add_position_rows", "slot_test_cells"]

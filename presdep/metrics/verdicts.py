@@ -13,7 +13,10 @@ Per (perturbation, claim) over its M presentations (docs/methods/verdict-flip.md
 
 Aggregate rows (``query_id`` null) are the means over claims, nulls skipped, plus the counts
 ``verdict_claims`` and ``verdict_excluded_disputed`` (claims left out because their gold verdict is
-DISPUTED, from the verdicts file's facts).
+DISPUTED, from the verdicts file's facts), and the per-claim accuracy spread over the claims
+(:func:`accuracy_spread`): ``verdict_accuracy_spread``, the sample SD (ddof 1) of the claims'
+``verdict_mean_accuracy`` (null with one claim), and ``verdict_order_dependent_share``, the share of
+claims whose accuracy lies strictly between 0 and 1 (right in some shuffles, wrong in others).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from presdep.contracts.schemas import read_metadata, read_table, write_table
 
 PER_CLAIM = ("verdict_flip", "verdict_canonical_accuracy", "verdict_mean_accuracy", "verdict_invalid_rate",
              "verdict_evidence_in_topk", "verdict_evidence_slot_mean", "verdict_evidence_slot_var")
+SPREAD = ("verdict_accuracy_spread", "verdict_order_dependent_share")
 TASK = "verdict"
 
 
@@ -59,6 +63,18 @@ def claim_values(rows: pl.DataFrame) -> dict[str, float | None]:
     }
 
 
+def accuracy_spread(accuracies: Sequence[float]) -> dict[str, float | None]:
+    """Over a row's claims, from each claim's accuracy over its shuffles: their sample SD (ddof 1;
+    null with fewer than two claims) and the share of claims whose correctness depends on the order
+    (accuracy strictly between 0 and 1)."""
+    if not accuracies:
+        raise InvalidInput("an accuracy spread needs at least one claim")
+    return {
+        "verdict_accuracy_spread": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else None,
+        "verdict_order_dependent_share": float(np.mean([0.0 < a < 1.0 for a in accuracies])),
+    }
+
+
 def verdict_metrics(verdicts: pl.DataFrame, *, dataset: str, variant: str, seed: int | None,
                     facts: Mapping[str, Any] | None = None) -> pl.DataFrame:
     """Rows of the ``metrics`` contract: per claim and per perturbation, then their means."""
@@ -78,6 +94,8 @@ def verdict_metrics(verdicts: pl.DataFrame, *, dataset: str, variant: str, seed:
         for metric in PER_CLAIM:
             present = [v[metric] for v in per_claim if v[metric] is not None]
             row(pert, None, metric, float(np.mean(present)) if present else None)
+        for metric, value in accuracy_spread([v["verdict_mean_accuracy"] for v in per_claim]).items():
+            row(pert, None, metric, value)
         row(pert, None, "verdict_claims", float(len(per_claim)))
         row(pert, None, "verdict_excluded_disputed", float((facts or {}).get("excluded_disputed", 0)))
     return pl.DataFrame(out, schema={"dataset": pl.String, "task": pl.String, "variant": pl.String,
@@ -96,4 +114,5 @@ def verdict_metrics_files(verdicts_path: str, out_path: str, *, dataset: str, va
     return metrics
 
 
-__all__ = ["PER_CLAIM", "TASK", "claim_values", "modal_flip", "verdict_metrics", "verdict_metrics_files"]
+__all__ = ["PER_CLAIM", "SPREAD", "TASK", "accuracy_spread", "claim_values", "modal_flip", "verdict_metrics",
+           "verdict_metrics_files"]

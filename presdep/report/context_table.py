@@ -102,6 +102,9 @@ def _num(x: float | None, signed: bool = False) -> str:
 def to_markdown(table: pl.DataFrame, settings: ContextTableSettings = ContextTableSettings()) -> str:
     """One row per (run, dataset, order): the arms, each term with its interval, the scaffold share;
     below it the donors' length error."""
+    if table.height == 0:
+        return ("No context-decomposition row: no run here scored the four arms (they read rows whose scorer reads "
+                "slots or document ids; docs/methods/context-decomposition.md).\n")
     cells = {(r["label"], r["dataset"], r["perturbation"], r["metric"]): r for r in table.iter_rows(named=True)}
     terms = [t for t in TERMS if any(k[3] == t for k in cells)]
     header = ["Run", "Dataset", "Order", "Queries", *[f"nDCG@{DEFAULT_K} {m[-2:]}" for m in ARM_METRICS],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from presdep.metrics.flip_ledger import CAUSES
+from presdep.metrics.flip_ledger import CAUSES, REMAINDER_WORDS, TESTED_CAUSES
 
 _S, _I, _F = pl.String, pl.Int64, pl.Float64
 
@@ -30,10 +30,16 @@ COLUMNS: dict[str, tuple[type[pl.DataType] | pl.DataType, str]] = {
     "var_share_slot": (_F, "tau-PSI cells: score variance the slot explains"),
     "spearman_slot_score": (_F, "tau-PSI cells: Spearman of slot with score"),
     "spearman_score_grade": (_F, "tau-PSI cells: Spearman of shuffle-averaged score with grade"),
+    "spearman_score_grade_p_value": (_F, "tau-PSI cells: one-sided permutation test (grades permuted within "
+                                         "queries) of that Spearman against rho >= 0, Bonferroni over runs"),
     "slot_share_chance": (_F, "tau-PSI cells: the slot share of a pure-noise scorer"),
     "slot_p_value": (_F, "tau-PSI cells: slot permutation test, Bonferroni over runs"),
     "flips": (_F, "decision cells: flips in the flip ledger"),
-    **{f"flip_{c}": (_F, f"decision cells: share of flips first caused by {c}") for c in CAUSES},
+    **{f"flip_{c}": (_F, f"decision cells: share of flips first caused by {c}") for c in TESTED_CAUSES},
+    # the remainder keeps its key; its words say what it is (presdep.metrics.flip_ledger.CAUSE_WORDS)
+    **{f"flip_{c}": (_F, f"decision cells: share of flips {REMAINDER_WORDS} nor by any other "
+                                   "tested cause (the ledger's remainder)")
+       for c in CAUSES if c not in TESTED_CAUSES},
     "flip_untested": (_S, "decision cells: causes no flip could be tested on"),
     "source": (_S, "where the value comes from, in words"),
     "warnings": (_S, "degenerate-decision flags and counted warnings, per dataset and seed"),

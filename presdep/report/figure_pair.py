@@ -10,10 +10,16 @@ score. The box colour is the document's qrels grade; retained documents (score >
 solid, the others faded and hatched; a dashed line marks the cut. Documents retained in only
 one of the two presentations are outlined in red and joined by red lines. The title gives
 both nDCG@k, the two rankings' Kendall tau (:func:`pair_kendall_tau`) and their Jaccard.
+
+The figure's title says equal ranking quality, different decisions: :func:`draw_pair` draws only
+a pair that shows it (:func:`shows_the_claim`: nDCG@k within :data:`NEAR_EQUAL_NDCG`, different
+retained sets) and says so with the tolerance; where no query has such a pair,
+:func:`draw_no_pair` says that in words instead.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,10 +27,17 @@ from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from presdep.contracts.errors import InvalidInput
 from presdep.metrics.instability import tau_psi
 from presdep.metrics.quality import presented_order, presented_ranks
 from presdep.metrics.rerank_rows import RETENTION_HIGH, RETENTION_LOW
 from presdep.report.figure_layout import LABEL, SMALL, TITLE
+
+# Two presentations' nDCG@k count as nearly equal within this absolute difference. Why 0.02: it
+# is about the smallest step one query's nDCG@10 takes when a judged document moves one rank near
+# the top, so within it the two rankings are as good as each other; a wider tolerance lets through
+# pairs a reader sees as unequal at the three decimals the panel prints (0.05 did).
+NEAR_EQUAL_NDCG = 0.02
 
 _GRADE_COLOURS = ("#d9d9d9", "#9ecae1", "#4292c6", "#08519c")
 _FLIP = "#d62728"
@@ -53,6 +66,23 @@ class ExamplePair:
     t_star: float
     presentations: int  # the query's presentations M
     query_jaccard: float | None = None  # the metrics file's: mean over all M(M-1)/2 pairs
+
+
+def near_equal(ndcg_a: float, ndcg_b: float) -> bool:
+    """The two nDCG@k differ by at most NEAR_EQUAL_NDCG (1e-9 of float noise allowed); NaN: no."""
+    return abs(ndcg_a - ndcg_b) <= NEAR_EQUAL_NDCG + _EQUAL
+
+
+def shows_the_claim(ndcg_a: float, ndcg_b: float, jaccard: float) -> bool:
+    """A pair is Figure 1's example only when its words are true: nearly equal nDCG@k
+    (:func:`near_equal`) and different retained sets (Jaccard < 1)."""
+    return near_equal(ndcg_a, ndcg_b) and jaccard < 1.0
+
+
+def no_example_text(k: int, unit: str = "shuffle") -> str:
+    """What panel (a) says when no query has a pair that :func:`shows_the_claim`."""
+    return (f"No test-half query here has two {unit}s within {NEAR_EQUAL_NDCG:g} nDCG@{k} of each other "
+            f"that keep different documents at t*, so no example is shown.")
 
 
 def pair_kendall_tau(ex: ExamplePair) -> float:
@@ -121,6 +151,10 @@ def draw_pair(ax, ex: ExamplePair, grades: dict[str, int], max_ranks: int, k: in
     """Panel (a) on ``ax`` (module doc). ``bsc``: the presentations are BSC ensembles, whose
     positions are first-stage ranks."""
     slot_name, unit = ("first-stage", "ensemble") if bsc else ("slot", "shuffle")
+    if not shows_the_claim(ex.ndcg_a, ex.ndcg_b, ex.jaccard):
+        raise InvalidInput(f"figure 1: query {ex.query_id}, {unit}s {ex.a} and {ex.b} (nDCG@{k} {ex.ndcg_a:.3f} and "
+                           f"{ex.ndcg_b:.3f}, Jaccard {ex.jaccard:.2f}) are no example of equal quality and different "
+                           f"decisions: expected nDCG@{k} within {NEAR_EQUAL_NDCG:g} and Jaccard below 1")
     n = len(ex.doc_ids)
     columns = []
     for s, pos in ((ex.scores_a, ex.positions_a), (ex.scores_b, ex.positions_b)):
@@ -168,11 +202,20 @@ def draw_pair(ax, ex: ExamplePair, grades: dict[str, int], max_ranks: int, k: in
     ax.set_ylabel("rank in the scorer's output (1 = top)", fontsize=LABEL)
     for spine in ("right", "bottom", "top"):
         ax.spines[spine].set_visible(False)
-    near = "equal" if abs(ex.ndcg_a - ex.ndcg_b) < _EQUAL else "nearly equal"
+    near = "equal" if abs(ex.ndcg_a - ex.ndcg_b) < _EQUAL else f"nearly equal (within {NEAR_EQUAL_NDCG:g})"
     ax.set_title(f"(a) Query {ex.query_id}: the same {n} candidates in two {unit}s\n"
                  f"nDCG@{k} {near}, Kendall τ = {pair_kendall_tau(ex):.2f}\n"
                  f"retained-set Jaccard = {_jaccard_text(ex, unit)}", fontsize=TITLE, pad=8)
     _legend(ax, ex, slot_name, unit)
+
+
+def draw_no_pair(ax, k: int, bsc: bool = False) -> None:
+    """Panel (a) when no query has a pair that :func:`shows_the_claim`: the reason, in words."""
+    unit = "ensemble" if bsc else "shuffle"
+    ax.set_axis_off()
+    ax.set_title("(a) No example query", fontsize=TITLE, pad=8)
+    ax.text(0.5, 0.75, textwrap.fill(no_example_text(k, unit), width=52), ha="center", va="top",
+            fontsize=LABEL, transform=ax.transAxes)
 
 
 def _band(share: float) -> str:

@@ -1,15 +1,17 @@
 """Figure 1: equal ranking quality, different decisions.
 
 (a) One test-half query, the same candidates in two decision presentations (random
-    shuffles; BSC ensembles for a BSC run) that keep different sets at t* with nDCG@10 as
-    near equal as such pairs allow, chosen by :func:`pick_example`'s rule (below). Each
-    column lists the output ranking (ties by presented position); a box reads
-    ``slot n · score``, ``n`` the 1-based slot the document had in that shuffle's prompt
-    (its ``position`` + 1; positions count from 0), its colour the qrels grade; retained
-    boxes are solid, the others faded, a dashed line is t*, and red marks the documents
-    retained in one shuffle only. The title gives the two rankings' Kendall tau-a (through
+    shuffles; BSC ensembles for a BSC run) whose nDCG@10 differ by at most
+    :data:`NEAR_EQUAL_NDCG` and which keep different sets at t*, chosen by
+    :func:`pick_example`'s rule (below). Each column lists the output ranking (ties by
+    presented position); a box reads ``slot n · score``, ``n`` the 1-based slot the document
+    had in that shuffle's prompt (its ``position`` + 1; positions count from 0), its colour the
+    qrels grade; retained boxes are solid, the others faded, a dashed line is t*, and red marks
+    the documents retained in one shuffle only. The title says the two nDCG@10 are equal or
+    nearly equal (with the tolerance) and gives the two rankings' Kendall tau-a (through
     presdep.metrics.instability's tau-PSI, as the metrics stage computes it) and Jaccard
-    (presdep.report.figure_pair).
+    (presdep.report.figure_pair). Where no query has such a pair, the panel says so in words
+    and the figure is still written.
 (b) Each variant as a point, named by its Table 1 label: nDCG@10 of the first-stage pass
     (the quality cell) against retained-set Jaccard between random shuffles; a variant whose
     Jaccard is degenerate (a flag of presdep.metrics.rerank_rows.DEGENERATE_FLAGS raised on
@@ -17,11 +19,14 @@
     against the chance level (presdep.report.figure_variants). Panels (b) and (c) read the
     aggregate rows; mean over datasets within a seed, then over seeds (Table 1's rule).
 
-The example rule, smaller is better, item by item (:data:`NEAR_EQUAL_NDCG`):
-(i) the pair keeps different sets (Jaccard < 1); (ii) neither presentation keeps every
-candidate or none (the threshold decides something); (iii) neither nDCG@k is 0; (iv) the
-two nDCG@k differ by at most NEAR_EQUAL_NDCG; (v) the smallest Jaccard; (vi) the smallest
-nDCG@k difference; then the first query id, then the first pair.
+The example rule. Only a pair that shows the title qualifies: its two nDCG@k differ by at most
+NEAR_EQUAL_NDCG and its retained sets differ (Jaccard < 1). Among those, smaller is better, item
+by item: (i) either presentation keeps every candidate or none (the threshold decided nothing);
+(ii) either keeps a share of the pool outside the degenerate-decision bounds; (iii) either
+nDCG@k is 0; (iv) the smallest Jaccard (the most different decisions); (v) the smallest nDCG@k
+difference; then the first query id (string order), then the first pair (a, b) of presentation
+ids. Items i to iii come before the Jaccard because a presentation that keeps nothing has
+Jaccard 0 with any other by arithmetic, not by a different decision.
 
 Every number an earlier stage stored is read, not recomputed: t* and the test half
 from the run's threshold artifact (checked against the ``t_star`` row of the run's
@@ -65,7 +70,15 @@ from presdep.metrics.rerank_rows import RETENTION_HIGH, RETENTION_LOW, raised_fl
 from presdep.metrics.thresholds import read_thresholds
 from presdep.report.figure_files import save_svg_png
 from presdep.report.figure_layout import SMALL, SUPTITLE, plan_layout, text_width_in
-from presdep.report.figure_pair import ExamplePair, draw_pair, pair_rows, shown_ranks
+from presdep.report.figure_pair import (
+    NEAR_EQUAL_NDCG,
+    ExamplePair,
+    draw_no_pair,
+    draw_pair,
+    pair_rows,
+    shown_ranks,
+    shows_the_claim,
+)
 from presdep.report.figure_variants import draw_tau, draw_variants, variant_colours
 
 __all__ = [
@@ -85,9 +98,6 @@ __all__ = [
 ]
 
 PERTURBATION = "random_shuffle"
-# The example's two nDCG@k count as near equal within this: a twentieth of nDCG's range, less than
-# the gap between most variants' quality cells, so the pair's quality reads as "the same".
-NEAR_EQUAL_NDCG = 0.05
 _EQUAL = 1e-9
 TITLE = "Equal ranking quality does not mean equal decisions"
 
@@ -128,24 +138,22 @@ def stored_example(example_metrics: pl.DataFrame, thresholds: Mapping[str, Any],
 def pick_example(
     scores: pl.DataFrame, qrels: pl.DataFrame, threshold: float, k: int = 10,
     queries: set[str] | None = None,
-) -> ExamplePair:
-    """The pair of random-shuffle presentations (over all queries) to show. Each pair gets a
-    key, smaller is better, compared item by item:
+) -> ExamplePair | None:
+    """The pair of random-shuffle presentations (over all queries) to show, or None when no
+    pair qualifies. A pair qualifies when its two nDCG@k differ by at most
+    :data:`NEAR_EQUAL_NDCG` and it keeps different sets at t* (Jaccard < 1): the figure's title
+    is then true of it. Qualifying pairs get a key, smaller is better, compared item by item:
 
-    i.   the two presentations keep the same set at t* (Jaccard 1): the figure shows
-         different decisions, so a pair with Jaccard < 1 comes first;
-    ii.  either presentation keeps every candidate or none (the threshold decided nothing),
+    i.   either presentation keeps every candidate or none (the threshold decided nothing),
          then either keeps a share of the pool outside [RETENTION_LOW, RETENTION_HIGH] (the
          bounds of the degenerate-decision flags: sets that keep 90% of a pool overlap by
          arithmetic);
-    iii. either nDCG@k is 0 (a pair that ranks nothing relevant shows nothing about quality);
-    iv.  the nDCG@k differ by more than :data:`NEAR_EQUAL_NDCG` (quality not near equal);
-    v.   the retained-set Jaccard (the most different decisions first);
-    vi.  the nDCG@k difference (within 1e-9 counts as 0).
+    ii.  either nDCG@k is 0 (a pair that ranks nothing relevant shows nothing about quality);
+    iii. the retained-set Jaccard (the most different decisions first);
+    iv.  the nDCG@k difference (within 1e-9 counts as 0).
 
-    Remaining ties: the first query id, then the first pair (a, b) of presentation ids. A
-    pair failing i to iv is chosen only when no pair passes. ``queries``: only these (the
-    test half of the threshold split)."""
+    Remaining ties: the first query id (string order), then the first pair (a, b) of
+    presentation ids. ``queries``: only these (the test half of the threshold split)."""
     if "perturbation" not in scores.columns:
         scores = scores.with_columns(pl.lit(PERTURBATION).alias("perturbation"))
     blocks = build_blocks(scores).get(PERTURBATION, [])
@@ -159,6 +167,8 @@ def pick_example(
     ndcg = evaluate_presentations([b.query_id for b in blocks], [b.doc_ids for b in blocks],
                                   [b.scores for b in blocks], [b.positions for b in blocks], qd,
                                   [f"ndcg@{k}"])[f"ndcg@{k}"]
+    if not any(b.query_id in ndcg for b in blocks):
+        raise InvalidInput("figure 1: no query of the example scores has qrels")
     best_key, best = None, None
     for b in blocks:
         if b.query_id not in ndcg:
@@ -169,11 +179,12 @@ def pick_example(
         share = kept.mean(axis=1)
         in_band = (share >= RETENTION_LOW) & (share <= RETENTION_HIGH)
         for i, j in itertools.combinations(range(b.scores.shape[0]), 2):
-            diff = abs(nd[i] - nd[j])
             jac, _ = pair_stats(kept[[i, j]])
-            key = (jac >= 1.0, not (decides[i] and decides[j]), not (in_band[i] and in_band[j]),
-                   min(nd[i], nd[j]) == 0,
-                   diff > NEAR_EQUAL_NDCG, jac, 0.0 if diff < _EQUAL else diff)
+            if not shows_the_claim(nd[i], nd[j], jac):
+                continue
+            diff = abs(nd[i] - nd[j])
+            key = (not (decides[i] and decides[j]), not (in_band[i] and in_band[j]),
+                   min(nd[i], nd[j]) == 0, jac, 0.0 if diff < _EQUAL else diff)
             if best_key is None or key < best_key:  # strict: the first of equal keys stays
                 best_key = key
                 best = ExamplePair(b.query_id, int(b.presentations[i]), int(b.presentations[j]),
@@ -181,8 +192,6 @@ def pick_example(
                                    list(b.doc_ids), b.scores[i].copy(), b.scores[j].copy(),
                                    b.positions[i].copy(), b.positions[j].copy(), kept[i].copy(),
                                    kept[j].copy(), float(threshold), int(b.scores.shape[0]))
-    if best is None:
-        raise InvalidInput("figure 1: no query of the example scores has qrels")
     return best
 
 
@@ -222,7 +231,7 @@ def variant_points(metrics: pl.DataFrame, task: str = "rerank", k: int = 10) -> 
 
 def draw_figure1(
     metrics: pl.DataFrame,
-    example: ExamplePair,
+    example: ExamplePair | None,
     grades: Mapping[str, int],
     *,
     task: str = "rerank",
@@ -232,19 +241,24 @@ def draw_figure1(
     bsc: bool = False,
 ) -> Figure:
     """Figure 1 (module doc) for a chosen ``example`` as a Figure on an Agg canvas, not saved.
-    ``grades``: the example query's qrels (doc -> grade); ``labels``: variant -> Table 1 label;
-    ``bsc``: the example's presentations are BSC ensembles (their positions are first-stage ranks)."""
+    ``example`` None: no query qualified, and panel (a) says so. ``grades``: the example query's
+    qrels (doc -> grade); ``labels``: variant -> Table 1 label; ``bsc``: the example's
+    presentations are BSC ensembles (their positions are first-stage ranks)."""
     points = variant_points(metrics, task, k).with_columns(
         pl.col("variant").replace_strict(dict(labels or {}), default=pl.col("variant")).alias("label"))
     degenerate = frozenset(raised_flags(metrics).filter(pl.col("task") == task)["variant"].to_list())
     widest = max([text_width_in(t, SMALL) for t in points["label"].to_list()] + [1.0])
-    layout = plan_layout(pair_rows(example, k, max_ranks)[3], max(points.height, 1), widest)
+    rank_rows = 0 if example is None else pair_rows(example, k, max_ranks)[3]
+    layout = plan_layout(rank_rows, max(points.height, 1), widest)
     fig = Figure(figsize=(layout.width, layout.height))
     FigureCanvasAgg(fig)
     ax_a = fig.add_axes(layout.fraction(layout.pair), label="panel-a")
     ax_b = fig.add_axes(layout.fraction(layout.variants), label="panel-b")
     ax_c = fig.add_axes(layout.fraction(layout.tau), label="panel-c")
-    draw_pair(ax_a, example, dict(grades), max_ranks, k, bsc)
+    if example is None:
+        draw_no_pair(ax_a, k, bsc)
+    else:
+        draw_pair(ax_a, example, dict(grades), max_ranks, k, bsc)
     colours = variant_colours(points.height)
     order = draw_variants(ax_b, points, k, degenerate, colours, layout.label_font)
     draw_tau(ax_c, points, order, colours)
@@ -265,8 +279,9 @@ def figure1(
     max_ranks: int = 30,
     labels: Mapping[str, str] | None = None,
     bsc: bool = False,
-) -> ExamplePair:
-    """Draw Figure 1 (see module doc) to ``out_svg`` and ``out_png``; returns the chosen example.
+) -> ExamplePair | None:
+    """Draw Figure 1 (see module doc) to ``out_svg`` and ``out_png``; returns the chosen example
+    (None: no query qualified, and the figure says so).
 
     ``example_scores``: decision presentations (query_id, doc_id, presentation, score,
     position; a perturbation column is optional). ``stored``: t* and the per-query
@@ -281,12 +296,15 @@ def figure1(
 
 
 def chosen_example(example_scores: pl.DataFrame, example_qrels: pl.DataFrame, stored: StoredExample,
-                   k: int = 10) -> tuple[ExamplePair, dict[str, int]]:
+                   k: int = 10) -> tuple[ExamplePair | None, dict[str, int]]:
     """The example :func:`pick_example` chooses among the stored queries, with the stored
-    Jaccard of its query, and that query's grades (doc -> grade)."""
+    Jaccard of its query, and that query's grades (doc -> grade); (None, {}) when no query
+    qualifies."""
     if not math.isfinite(stored.t_star):
         raise InvalidInput(f"threshold must be finite, got {stored.t_star}")
     ex = pick_example(example_scores, example_qrels, stored.t_star, k, set(stored.query_jaccard))
+    if ex is None:
+        return None, {}
     ex = replace(ex, query_jaccard=stored.query_jaccard[ex.query_id])
     return ex, qrels_to_dict(example_qrels).get(ex.query_id, {})
 
@@ -341,7 +359,7 @@ def figure1_from_files(
     variant: str,
     dataset: str,
     labels: Mapping[str, str] | None = None,
-) -> ExamplePair:
+) -> ExamplePair | None:
     """The workflow's entry point. ``variant`` is a scoring run key (``off_the_shelf`` or a
     trained run such as ``oc_sft/seed42``); its example comes from that run's scores file
     (``scores_path``), among the test-half queries, at the t* of that run's threshold

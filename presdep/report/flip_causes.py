@@ -4,8 +4,10 @@
 The metrics job writes each run's ledger counts as aggregate rows of perturbation
 ``flip_ledger`` (presdep.metrics.ledger_rows); a cell's share of a cause is the sum of its
 counts over the cell's runs divided by the sum of their flips. The counts file carries the
-flips and the shares of every decision cell, and the causes none of its flips could be tested on; table1.md lists, per row, the
-causes of its decision flips.
+flips and the shares of every decision cell, and the causes none of its flips could be tested
+on; table1.md lists, per row, the causes of its decision flips. The remainder cause, stored as
+``content``, is read as what it is: not explained by an additive slot effect (nor by any cause
+before it, tested or not).
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS
-from presdep.metrics.flip_ledger import CAUSES, TESTED_CAUSES
+from presdep.metrics.flip_ledger import CAUSE_WORDS, CAUSES, REMAINDER_WORDS, TESTED_CAUSES
 from presdep.metrics.ledger_rows import LEDGER_PERTURBATION
 
 # The ledger decision behind each Table 1 decision column.
 DECISION_OF = {"rerank_jaccard": "retained", "qa_answer_flip": "answer", "resp_pair_flip": "pair"}
 CAUSE_COLUMNS = ("flips", *(f"flip_{c}" for c in CAUSES), "flip_untested")
+# The config that makes a cause testable where the run left it untested (the remainder may hold it).
+TESTING_KEYS = {"noise": "`protocol.noise_rereads: 2` or more",
+                "companions": "`within_chunk` in `protocol.perturbations`"}
 
 
 def ledger_counts(metrics: pl.DataFrame) -> pl.DataFrame:
@@ -53,11 +58,12 @@ def cell_causes(counts: pl.DataFrame, variant: str, column: str) -> dict[str, fl
 
 
 def causes_text(causes: Mapping[str, float | None]) -> str:
-    """'204 flips: slot 41%, content 59%' (causes with a share above 0, in the ledger's order)."""
+    """'204 flips: slot 41%, not explained by an additive slot effect 59%' (causes with a share above
+    0, in the ledger's order, each in CAUSE_WORDS)."""
     flips = causes.get("flips")
     if not flips:
         return "no flips" if flips == 0 else ""
-    said = [f"{c} {causes[f'flip_{c}']:.0%}" for c in CAUSES if causes.get(f"flip_{c}")]
+    said = [f"{CAUSE_WORDS[c]} {causes[f'flip_{c}']:.0%}" for c in CAUSES if causes.get(f"flip_{c}")]
     untested = causes.get("flip_untested")
     return f"{int(flips)} flips: {', '.join(said)}" + (f" ({untested.replace(' ', ', ')} untested)" if untested else "")
 
@@ -73,8 +79,11 @@ def causes_line(by_label: Mapping[str, Mapping[str, Mapping[str, float | None]]]
             parts.append(f"- {label}: {'; '.join(said)}")
     if not parts:
         return ""
-    return (f"\nWhy decisions flipped (the first cause of each flip: tie, noise, parse, slot, companions, content; "
-            f"[flip ledger]({docs}flip-ledger.md)):\n" + "\n".join(parts) + "\n")
+    testing = "; ".join(f"{TESTING_KEYS[c]} tests {c}" for c in TESTING_KEYS)
+    return (f"\nWhy decisions flipped (the first cause of each flip: {', '.join(TESTED_CAUSES)}; "
+            f"\"{REMAINDER_WORDS}\" is the rest: none of these explained it, and a flip an untested cause "
+            f"would explain lands there too ({testing}); [flip ledger]({docs}flip-ledger.md)):\n"
+            + "\n".join(parts) + "\n")
 
 
-__all__ = ["CAUSE_COLUMNS", "DECISION_OF", "causes_line", "causes_text", "cell_causes", "ledger_counts"]
+__all__ = ["CAUSE_COLUMNS", "DECISION_OF", "TESTING_KEYS", "causes_line", "causes_text", "cell_causes", "ledger_counts"]

@@ -66,6 +66,9 @@ def _f(x: float | None) -> str:
 
 
 def to_markdown(table: pl.DataFrame) -> str:
+    if table.height == 0:
+        return ("No matched-retention row: the table compares trained rows (a student objective) on reranking "
+                "collections with retained-set thresholds, and this run has none (docs/methods/jaccard.md).\n")
     lines = ["| row | Jaccard (paper's form) | set flip (paper's form) | retention gap | Jaccard (presdep's) "
              "| set flip (presdep's) | datasets | seeds |", "|---|---|---|---|---|---|---|---|"]
     for r in table.iter_rows(named=True):

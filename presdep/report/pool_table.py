@@ -153,6 +153,9 @@ def _column(perturbation: str, metric: str) -> str:
 
 def to_markdown(means: pl.DataFrame, contrasts: pl.DataFrame, settings: PoolTableSettings = PoolTableSettings()) -> str:
     """One row per (run, dataset) with every mean; below it the contrasts with their intervals."""
+    if means.height == 0:
+        return ("No pool-perturbation row: no run here scored a perturbed pool (pool_perturbation reads reranking "
+                "rows with calibration none and bsc_k 1; docs/methods/pool-perturbation.md).\n")
     cells = {(r["label"], r["dataset"], r["perturbation"], r["metric"]): r for r in means.iter_rows(named=True)}
     present = {(p, m) for _, _, p, m in cells}  # a metric no run has gets no empty column
     cols = [(p, m) for p in PERTURBATION.values() for m in settings.metrics] + [(DIFFERENCE_PERTURBATION, POOL_PSI)]

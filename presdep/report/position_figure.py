@@ -6,10 +6,15 @@ rows of the metrics files, averaged over datasets. A flat line at 0 is a scorer 
 follow the document; a falling line is one whose scores follow the slot. Each run's legend
 entry gives its slot share of the score variance (``var_share_slot``), its chance level and
 the permutation test's p-value (Bonferroni over the run's datasets).
+
+Slots are numbered for people from 1 (1 = shown first), as Table 1's slot flags and Figure 1
+number them; the metrics' ``slot_centred_*_sNN`` names and :func:`profiles`' ``slot`` column
+count from 0, and only the drawing adds 1.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -19,7 +24,6 @@ import presdep.runtime.mplconfig  # noqa: F401 - before matplotlib: no font cach
 import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table
@@ -27,6 +31,17 @@ from presdep.contracts.tasks import TASKS
 from presdep.report.figure_files import save_svg_png
 
 PERTURBATION = "random_shuffle"
+_MAX_TICKS = 10  # slot ticks on an axis; beyond this every step-th slot is labelled
+
+
+def slot_ticks(slots: int) -> list[int]:
+    """1-based slot numbers to label on an axis of ``slots`` slots: every slot up to
+    _MAX_TICKS, else 1 and the multiples of a round step (2, 5, 10, 20, 50, ...)."""
+    if slots <= _MAX_TICKS:
+        return list(range(1, slots + 1))
+    steps = (m * 10**e for e in itertools.count() for m in (2, 5, 10))
+    step = next(s for s in steps if slots / s <= _MAX_TICKS)
+    return [1] + list(range(step, slots + 1, step))
 
 
 def profiles(metrics: pl.DataFrame, labels: Mapping[str, str] | None = None) -> pl.DataFrame:
@@ -72,6 +87,11 @@ def profiles(metrics: pl.DataFrame, labels: Mapping[str, str] | None = None) -> 
 def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | Path) -> None:
     """Draw the profiles (one panel per task present) to SVG and PNG, byte-stable for equal input.
     Without any profile (no random shuffles were scored) the figure says so instead."""
+    save_svg_png(draw_position_figure(profile), out_svg, out_png, salt="presdep-position-profile")
+
+
+def draw_position_figure(profile: pl.DataFrame) -> Figure:
+    """The figure of :func:`position_figure` on an Agg canvas, not saved; slots drawn 1-based."""
     tasks = [t for t in TASKS if t in set(profile["task"].to_list())]
     fig = Figure(figsize=(max(8.0, 5.6 * len(tasks)), 4.8))
     FigureCanvasAgg(fig)
@@ -84,7 +104,7 @@ def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | P
         part = profile.filter(pl.col("task") == task)
         for (run,), g in part.group_by("run", maintain_order=True):
             g = g.sort("slot")
-            x, y = g["slot"].to_list(), g["mean"].to_list()
+            x, y = [s + 1 for s in g["slot"].to_list()], g["mean"].to_list()  # 1 = shown first
             half = [0.0 if v is None else v for v in g["ci95"].to_list()]
             share, chance, p = g["slot_share"][0], g["slot_chance"][0], g["slot_p"][0]
             said = [] if share is None else [f"slot share {share:.2f}" + ("" if chance is None else f", chance {chance:.2f}")]
@@ -95,13 +115,13 @@ def position_figure(profile: pl.DataFrame, out_svg: str | Path, out_png: str | P
                             color=line.get_color(), alpha=0.15, linewidth=0)
         ax.axhline(0.0, color="#777777", linewidth=0.8, linestyle=":")
         ax.set_title(task)
-        ax.set_xlabel("slot in the prompt (0 = shown first)")
+        ax.set_xlabel("slot in the prompt (1 = shown first)")
         ax.set_ylabel("score minus the document's\nmean over shuffles")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xticks(slot_ticks(int(part["slot"].max()) + 1))
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("Position profile: does the score follow the document (flat) or the slot?", fontsize=11)
     fig.subplots_adjust(left=0.11, right=0.98, top=0.85, bottom=0.13, wspace=0.3)
-    save_svg_png(fig, out_svg, out_png, salt="presdep-position-profile")
+    return fig
 
 
 def position_figure_from_files(metrics_paths: Iterable[str | Path], labels: Mapping[str, str],
@@ -116,4 +136,4 @@ def position_figure_from_files(metrics_paths: Iterable[str | Path], labels: Mapp
     return prof
 
 
-__all__ = ["position_figure", "position_figure_from_files", "profiles"]
+__all__ = ["draw_position_figure", "position_figure", "position_figure_from_files", "profiles", "slot_ticks"]

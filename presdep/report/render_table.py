@@ -61,6 +61,9 @@ def _cell(value: float | None) -> str:
 
 
 def to_markdown(table: pl.DataFrame) -> str:
+    if table.height == 0:
+        return ("# Render perturbations\n\nNo render-perturbation row: no run here scored the render variants "
+                "(they read rows whose scorer reads the prompt's slots; docs/methods/render-perturbations.md).\n")
     values = {(r["label"], r["dataset"], r["perturbation"], r["metric"]): r["value"]
               for r in table.iter_rows(named=True)}
     keys = list(dict.fromkeys((r["label"], r["dataset"], r["perturbation"]) for r in table.iter_rows(named=True)))

@@ -22,8 +22,9 @@ Method (docs/methods/stability.md):
 * Rank(UB) and tiers (presdep.report.stability_tiers): row a is significantly better
   than row b when the paired-bootstrap interval of mean_a - mean_b at ``level``
   (default 95%) excludes 0 on the side the column prefers; Rank(UB) = 1 + the rows
-  significantly better; tiers are greedy from the best (a row opens a new tier when its
-  tier's first row is significantly better than it).
+  significantly better; tiers are walked from the best (a row opens a new tier when any
+  member of the current tier is significantly better than it), so no tier holds a
+  separable pair. The intervals are per pair, unadjusted for multiplicity (``multiplicity``).
 * Degenerate cells: a variant whose cell of the column has a degenerate-decision flag
   raised (the metrics' aggregate ``warn_*`` rows of presdep.metrics.rerank_rows.DEGENERATE_FLAGS,
   for the columns of its DEGENERATE_METRICS: Jacc.) on any dataset or seed is left out of
@@ -60,8 +61,9 @@ presdep.report.stability_io.write_stability_json)::
                                "differenceInterval95": [lo, hi],
                                "significantlyBetter": bool}}},   # a better than b at tierLevel
           "tierLevel": float,               # e.g. 0.95: the level of significantlyBetter
+          "multiplicity": str,              # "unadjusted: per-pair 95% ... intervals, no correction ..."
           "rankUB": {variant: int},         # 1 + rows significantly better than it
-          "tier": {variant: int},           # 1 = best; rows not separable from their tier's first
+          "tier": {variant: int},           # 1 = best; no two rows of a tier separable
           "tiers": [[variant, ...], ...],   # the tiers' members, best tier first
           "presentationSensitivity": null | {
               "presentations": [int], "sharedItems": int,

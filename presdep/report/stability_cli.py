@@ -38,7 +38,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
                    help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})")
     p.add_argument("--level", type=float, default=DEFAULT_LEVEL,
-                   help="level at which rows count as separable, for Rank(UB) and the tiers "
+                   help="level at which rows count as separable, for Rank(UB) and the tiers; per pair, "
+                   "unadjusted for multiplicity (family-wise: raise it, e.g. Bonferroni 1 - 0.05/pairs) "
                    f"(default {DEFAULT_LEVEL})")
     p.add_argument("--svg", type=Path, help="write the rank-distribution figure here (1200x630 SVG)")
     p.add_argument("--json", type=Path, help="write the full result here")
@@ -115,8 +116,9 @@ def _summary(label: str, res: dict) -> str:
                      f"[{lo:.4f}, {hi:.4f}]  {res['probabilityFirst'][v]:.3f}     {res['rankUB'][v]:4d}  "
                      f"{res['tier'][v]:4d}")
     tiers = " | ".join(f"{k}: {', '.join(members)}" for k, members in enumerate(res["tiers"], start=1))
-    lines.append(f"tiers at {level_label(res['tierLevel'])} (each row not significantly worse than its tier's "
-                 f"first): {tiers}")
+    lines.append(f"tiers at {level_label(res['tierLevel'])} (no row significantly better than another of its "
+                 f"tier): {tiers}")
+    lines.append(f"Rank(UB) and tiers: {res['multiplicity']}")
     for v, reasons in (res.get("flagged") or {}).items():
         lines.append(f"{v:<{width}}  left out (degenerate cell, not ranked): {'; '.join(reasons)}")
     lines.extend(_pairwise_lines(res))

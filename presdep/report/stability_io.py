@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import polars as pl
 
@@ -70,6 +70,13 @@ def read_stability_json(path: str | os.PathLike) -> dict[str, Any]:
     return read_json_artifact(path, "stability result")
 
 
+def permutation_warning(datasets: Sequence[str]) -> str:
+    """Why a query bootstrap cannot see which permutations were drawn where queries share them."""
+    return (f"intervals resample queries, not the M slot permutations every query of {', '.join(datasets)} "
+            "shares (shuffle_rule paper/cyclic): they are conditional on those permutations "
+            "(protocol.shuffle_rule: per_query draws them per query)")
+
+
 def write_table1_stability(
     metrics_paths: Iterable[str | os.PathLike],
     json_path: str | os.PathLike,
@@ -79,13 +86,19 @@ def write_table1_stability(
     seed: int = DEFAULT_SEED,
     labels: Mapping[str, str] | None = None,
     level: float = DEFAULT_LEVEL,
+    shared_permutations: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The workflow step: metrics files -> table1.json + one ``<column>.svg`` per analysed column
-    (variants shown by their Table 1 ``labels``; the JSON keeps the variant names)."""
+    (variants shown by their Table 1 ``labels``; the JSON keeps the variant names).
+    ``shared_permutations``: the datasets whose queries share their M slot permutations; each
+    column's warnings then say its intervals are conditional on them."""
     from presdep.report.stability_svg import write_stability_svg  # matplotlib only when drawing
 
     metrics_paths = list(metrics_paths)
     result = analyse_table1(read_metrics(metrics_paths), resamples=resamples, seed=seed, level=level)
+    if shared_permutations:
+        for res in result["columns"].values():
+            res["warnings"].append(permutation_warning(shared_permutations))
     svg_dir = Path(svg_dir)
     svg_dir.mkdir(parents=True, exist_ok=True)
     for column, res in result["columns"].items():

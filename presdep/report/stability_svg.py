@@ -1,5 +1,6 @@
 """SVG of one column's bootstrap: each variant's rank distribution and 95% rank interval, its
-Rank(UB) and tier, the tiers drawn as alternating bands with a bracket each.
+Rank(UB) and tier, the tiers drawn as alternating bands with a bracket each; the heading says
+that the pairwise intervals behind them are unadjusted for multiplicity.
 
 1200 x 630 pixels (figsize 12 x 6.3 at dpi 100); matplotlib writes sizes in points,
 so the root element's width/height are rewritten to pixels (the viewBox keeps the
@@ -28,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
 from presdep.contracts.schemas import write_text_atomic
-from presdep.report.stability_tiers import level_label
+from presdep.report.stability_tiers import level_label, unadjusted_clause
 
 WIDTH_PX, HEIGHT_PX = 1200, 630
 _DPI = 100
@@ -49,7 +50,7 @@ def _draw_tiers(ax, result: Mapping[str, Any], variants: list[str]) -> None:
         first, last = row[members[0]], row[members[-1]]
         if k % 2:
             ax.axhspan(first - 0.5, last + 0.5, color="#eef1f7", zorder=0,
-                       label=f"tier (not separable at {level})" if k == 1 else None)
+                       label=f"tier (no pair separable at {level})" if k == 1 else None)
         if k > 1:
             ax.axhline(first - 0.5, color="#777777", linestyle="--", linewidth=1, zorder=1)
         ax.plot([1.008, 1.018, 1.018, 1.008], [first - 0.35, first - 0.35, last + 0.35, last + 0.35],
@@ -64,7 +65,7 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None,
     n = len(variants)
     fig = Figure(figsize=(WIDTH_PX / _DPI, HEIGHT_PX / _DPI), dpi=_DPI)
     FigureCanvasSVG(fig)
-    ax = fig.add_axes((0.20, 0.16, 0.52, 0.69))
+    ax = fig.add_axes((0.20, 0.16, 0.52, 0.68))
     # Heights relative to the largest probability in the plot, so flat distributions stay visible.
     top = max((p for v in variants for p in result["rankDistribution"][v].values()), default=1.0) or 1.0
     for y, v in enumerate(variants):
@@ -114,8 +115,10 @@ def stability_figure(result: Mapping[str, Any], title: str | None = None,
     ] if x)
     fig.text(0.5, 0.905, sub, ha="center", fontsize=10)
     level = level_label(result["tierLevel"])
-    fig.text(0.46, 0.872, f"{len(result['tiers'])} tier(s) at {level} (bands, brackets); "
+    fig.text(0.46, 0.878, f"{len(result['tiers'])} tier(s) at {level} (bands, brackets); "
              "UB = Rank(UB) = 1 + rows significantly better", ha="center", fontsize=9)
+    # Short enough to end left of the side table's heading, which shares its height.
+    fig.text(0.46, 0.855, f"Rank(UB), tiers: {unadjusted_clause(result['tierLevel'], n)}", ha="center", fontsize=8)
     for i, line in enumerate(_footer_lines(result)):
         fig.text(0.01, 0.012 + 0.025 * i, line, fontsize=8, color="#8b0000")
     return fig

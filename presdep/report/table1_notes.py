@@ -13,6 +13,11 @@ the row has it, else QA, else responses):
 Then each degenerate decision cell says why in plain words and what to change, and the
 row's flags follow as short marks grouped by flag (``flags: chance (rerank, QA); slot 1+
 (rerank)``), each defined once in the legend under the table with its methods page.
+
+A note is at most NOTE_LIMIT characters, so the table stays readable: a note that is longer
+in full words is said again in short words (the legend and the counts file keep the detail),
+and one still too long is cut at a word boundary before its flags and ends with MORE, a
+pointer to the counts file (never a word cut in half).
 """
 
 from __future__ import annotations
@@ -22,8 +27,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS
-from presdep.metrics.rerank_rows import DEGENERATE_FLAGS, MIN_TEST_QUERIES
-from presdep.report.diagnosis import AT_CHANCE, CHANCE_TAU_PSI, NO_GRADE_SIGNAL, SLOT_ALPHA, SLOT_DRIVEN
+from presdep.metrics.rerank_rows import DEGENERATE_FLAGS, MIN_TEST_QUERIES, RETENTION_HIGH, RETENTION_LOW
+from presdep.report.diagnosis import (
+    AGAINST_QRELS_ALPHA,
+    AT_CHANCE,
+    CHANCE_TAU_PSI,
+    NO_GRADE_SIGNAL,
+    SLOT_ALPHA,
+    SLOT_DRIVEN,
+)
 
 # The row's tasks in the order the verdict looks for its headline.
 TASKS = ("rerank", "qa", "response")
@@ -35,6 +47,11 @@ DECISION_COLUMN = {t: c for t in TASKS for c, s in TABLE1_COLUMNS.items()
                    if s.task == t and s.metric in ("jaccard", "answer_flip", "pair_flip")}
 # Below this tau-PSI a ranking "barely moves": one pair in 20 swaps between two shuffles.
 NEARLY_INVARIANT = 0.05
+# The longest note, in characters: a table cell a reader takes in at a glance (about five lines of
+# a wide Markdown table); what does not fit lives in the legend and the counts file.
+NOTE_LIMIT = 400
+# The end of a note cut to NOTE_LIMIT: where the rest of it is.
+MORE = " … (table1_counts.csv)"
 
 # A degenerate decision cell, in plain words: what to change so that it measures the scorer (why
 # each rule makes the number say little: docs/methods/jaccard.md, "When the number means nothing").
@@ -45,6 +62,23 @@ DEGENERATE_FIXES = {
     "warn_retention_high": "retrieve deeper (k_input, candidates.k)",
     "warn_retention_low": "keep fewer candidates per query (k_input)",
     "warn_few_test_queries": f"use at least {2 * MIN_TEST_QUERIES} queries (max_queries; half are test queries)",
+}
+# The same in short words, for a note too long in full (the legend's "degenerate" entry names the keys).
+SHORT_REASONS = {
+    "warn_threshold_keeps_all": "t* keeps all",
+    "warn_threshold_keeps_none": "t* keeps none",
+    "warn_threshold_grid_edge": "t* at grid edge",
+    "warn_retention_high": f"retention > {RETENTION_HIGH:.2f}",
+    "warn_retention_low": f"retention < {RETENTION_LOW:.2f}",
+    "warn_few_test_queries": f"< {MIN_TEST_QUERIES} test queries",
+}
+SHORT_FIXES = {
+    "warn_threshold_keeps_all": "retrieve deeper",
+    "warn_threshold_keeps_none": "more queries",
+    "warn_threshold_grid_edge": "retrieve deeper",
+    "warn_retention_high": "retrieve deeper",
+    "warn_retention_low": "fewer candidates",
+    "warn_few_test_queries": f"at least {2 * MIN_TEST_QUERIES} queries",
 }
 _REASON_OF = {text: metric for metric, text in DEGENERATE_FLAGS.items()}
 
@@ -67,11 +101,18 @@ FLAGS = {
                  "position.md#does-the-slot-matter-presdepmetricsslot_test", "position"),
     "no grade signal": Flag("no grade signal", "the shuffle-averaged score does not follow the qrels "
                             f"(|Spearman with grade| < {NO_GRADE_SIGNAL})", "position.md", "position"),
+    "against the qrels": Flag("against the qrels", "the shuffle-averaged score runs against the qrels: Spearman "
+                              f"with grade <= -{NO_GRADE_SIGNAL} and a one-sided permutation test within queries "
+                              f"rejects rho >= 0 (p < {AGAINST_QRELS_ALPHA}, Bonferroni over datasets and seeds), "
+                              "so averaging shuffles lowers nDCG",
+                              "position.md#does-the-score-follow-the-qrels", "position"),
     "ties": Flag("ties", "some document pairs tie: tau-a orders them by presented position, and the cell "
                  "shows tau-b beside it", "tau-psi.md#ties-tie_rate", "ties"),
     "degenerate": Flag("degenerate", "the decision cell reflects the threshold rule, not the scorer (the "
-                       "note says why and what to change)", "jaccard.md#when-the-number-means-nothing",
-                       "Jaccard"),
+                       "note says why and what to change: retrieve deeper with k_input or candidates.k, use more "
+                       f"queries with max_queries (at least {2 * MIN_TEST_QUERIES}: half are test queries), or keep "
+                       "fewer candidates with k_input; the counts file's warnings name each dataset and seed)",
+                       "jaccard.md#when-the-number-means-nothing", "Jaccard"),
     "tie-broken": Flag("tie-broken", "tau-PSI > 0 although the scorer declares order_invariant: tied scores "
                        "broken by presented position", "tau-psi.md#ties-tie_rate", "ties"),
 }
@@ -87,6 +128,7 @@ class RowFacts:
     chance: list[str] = field(default_factory=list)          # tau-PSI columns at chance
     slots: dict[str, tuple[int, float]] = field(default_factory=dict)  # tau column -> (1-based slot, centred mean)
     no_grade: list[str] = field(default_factory=list)
+    against_qrels: list[str] = field(default_factory=list)
     ties: list[str] = field(default_factory=list)
     tie_broken: list[str] = field(default_factory=list)
     degenerate: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # column -> [(reason, dataset)]
@@ -98,7 +140,8 @@ class RowFacts:
         return RowFacts(values=values, shuffled={**self.shuffled, **{t: v for t, v in other.shuffled.items()
                                                                      if any(_defined(x) for x in v)}},
                         chance=self.chance + other.chance, slots={**self.slots, **other.slots},
-                        no_grade=self.no_grade + other.no_grade, ties=self.ties + other.ties,
+                        no_grade=self.no_grade + other.no_grade, against_qrels=self.against_qrels + other.against_qrels,
+                        ties=self.ties + other.ties,
                         tie_broken=self.tie_broken + other.tie_broken,
                         degenerate={**self.degenerate, **other.degenerate},
                         test_queries={**self.test_queries, **other.test_queries},
@@ -122,26 +165,27 @@ def slot_mark(slot: int, centred: float) -> str:
     return f"slot {slot}{'+' if centred > 0 else '-'}" if slot else "slot effect"
 
 
-def _order_words(facts: RowFacts, task: str) -> str:
+def _order_words(facts: RowFacts, task: str, short: bool = False) -> str:
     taus = [facts.values.get(TAU_COLUMN[t]) for t in TASKS]
     tau = facts.values.get(TAU_COLUMN[task])
     if not _defined(tau):
-        return "order dependence not measured (tau-PSI not reported)" if facts.integer_grades else ""
+        if not facts.integer_grades:
+            return ""
+        return "order dependence not measured" if short else "order dependence not measured (tau-PSI not reported)"
     if all(not _defined(t) or t == 0 for t in taus):
-        return "order-invariant: every shuffle gives the same ranking"
+        return "order-invariant" if short else "order-invariant: every shuffle gives the same ranking"
     tau_b = facts.values.get(f"{TAU_COLUMN[task]}_b")
     if tau > 0 and tau_b == 0:
+        if short:
+            return f"order-invariant scores (tau-PSI {tau:.2f} from ties broken by position)"
         return (f"order-invariant scores: tau-PSI {tau:.2f} comes only from tied scores broken by presented "
                 "position (tau-PSI-b 0.00)")
-    if tau < NEARLY_INVARIANT:
-        words = f"nearly order-invariant: rankings barely move over shuffles (tau-PSI {tau:.2f})"
-    elif abs(tau - CHANCE_TAU_PSI) <= AT_CHANCE:
-        words = f"order-dependent: rankings at chance (tau-PSI {tau:.2f})"
-    elif tau > CHANCE_TAU_PSI:
-        words = f"order-dependent: rankings further apart than chance (tau-PSI {tau:.2f})"
-    else:
-        words = f"order-dependent: rankings move over shuffles (tau-PSI {tau:.2f})"
+    words = _ORDER_WORDS[_order_class(tau)][short].format(tau=tau)
     slot = facts.slots.get(TAU_COLUMN[task])
+    if short:
+        if slot is not None:
+            words += f", slot {slot[0]} {'favoured' if slot[1] > 0 else 'penalised'}" if slot[0] else ", slot effect"
+        return words
     if slot is not None:
         named = f" (slot {slot[0]} {'favoured' if slot[1] > 0 else 'penalised'})" if slot[0] else ""
         words += (f", though the slot moves the scores{named}" if tau < NEARLY_INVARIANT
@@ -149,43 +193,90 @@ def _order_words(facts: RowFacts, task: str) -> str:
     return words
 
 
-def _quality_words(facts: RowFacts, task: str) -> str:
+def _order_class(tau: float) -> str:
+    if tau < NEARLY_INVARIANT:
+        return "nearly"
+    if abs(tau - CHANCE_TAU_PSI) <= AT_CHANCE:
+        return "chance"
+    return "beyond" if tau > CHANCE_TAU_PSI else "moves"
+
+
+# How far a tau-PSI is from invariance and from chance, in words: (full, short) per class.
+_ORDER_WORDS = {
+    "nearly": ("nearly order-invariant: rankings barely move over shuffles (tau-PSI {tau:.2f})",
+               "nearly order-invariant (tau-PSI {tau:.2f})"),
+    "chance": ("order-dependent: rankings at chance (tau-PSI {tau:.2f})", "order-dependent, at chance (tau-PSI {tau:.2f})"),
+    "beyond": ("order-dependent: rankings further apart than chance (tau-PSI {tau:.2f})",
+               "order-dependent, beyond chance (tau-PSI {tau:.2f})"),
+    "moves": ("order-dependent: rankings move over shuffles (tau-PSI {tau:.2f})", "order-dependent (tau-PSI {tau:.2f})"),
+}
+
+
+def _quality_words(facts: RowFacts, task: str, short: bool = False) -> str:
     column = QUALITY_COLUMN[task]
     first = facts.values.get(column)
     mean, worst, best = facts.shuffled.get(task, (None, None, None))
     title = "nDCG@1" if task == "response" else "nDCG@10"
+    on_first = "" if not _defined(first) else f"{first:.2f} {'first-stage' if short else 'on the first-stage order'}"
     if not (_defined(mean) and _defined(worst) and _defined(best)):
-        return f"{title} {first:.2f} on the first-stage order" if _defined(first) else ""
+        return f"{title} {on_first}" if on_first else ""
     if _defined(first) and worst == best == first:
         return f"{title} {first:.2f} in every order"
+    if short:
+        spread = f"{title} {worst:.2f}-{best:.2f} over shuffles (mean {mean:.2f})"
+        return f"{spread}, {on_first}" if on_first else spread
     spread = f"{title} {worst:.2f} to {best:.2f} over shuffles (mean {mean:.2f})"
-    return f"{spread} against {first:.2f} on the first-stage order" if _defined(first) else spread
+    return f"{spread} against {on_first}" if on_first else spread
 
 
-def _decision_words(facts: RowFacts, task: str) -> str:
+def _decision_words(facts: RowFacts, task: str, short: bool = False) -> str:
     column = DECISION_COLUMN[task]
     value = facts.values.get(column)
     if not _defined(value):
         return ""
     if column in facts.degenerate:  # the next sentence says why and what to change
         return ""
+    if short:
+        return f"{COLUMN_TITLES[column]} {value:.2f}"
     return {"rerank": f"kept sets overlap {value:.2f} between shuffles (Jacc.)",
             "qa": f"the reader's answer flips {value:.2f} (ans. flip)",
             "response": f"the preferred pair flips {value:.2f} (pair flip)"}[task]
 
 
-def verdict(facts: RowFacts) -> str:
-    """The note's first line ('' for a row without any cell)."""
+def verdict(facts: RowFacts, short: bool = False) -> str:
+    """The note's first line ('' for a row without any cell); ``short``: in short words."""
     task = headline_task(facts.values)
     if task is None:
         return ""
-    parts = [p for p in (_order_words(facts, task), _quality_words(facts, task), _decision_words(facts, task)) if p]
-    return "; ".join(parts)
+    parts = [_order_words(facts, task, short), _quality_words(facts, task, short), _decision_words(facts, task, short)]
+    return "; ".join(p for p in parts if p)
 
 
-def degenerate_words(facts: RowFacts) -> list[str]:
+def _short_degenerate_words(facts: RowFacts) -> list[str]:
+    """Per group of degenerate decision cells with the same reasons: the reasons in short words, their
+    datasets once, and the remedies in short words (the legend names the config keys)."""
+    said: dict[str, list[str]] = {}
+    order = list(DEGENERATE_FLAGS)
+    for column, reasons in facts.degenerate.items():
+        places: dict[str, set[str]] = {}
+        for reason, dataset in reasons:
+            places.setdefault(_REASON_OF[reason], set()).add(dataset)
+        count = facts.test_queries.get(column)
+        by_places: dict[str, list[str]] = {}  # reasons with the same datasets share one "(dl19, covid)"
+        for m in sorted(places, key=order.index):
+            why = f"{count} test queries" if m == "warn_few_test_queries" and count else SHORT_REASONS[m]
+            by_places.setdefault(", ".join(sorted(places[m])), []).append(why)
+        why = ", ".join(f"{', '.join(whys)} ({where})" for where, whys in by_places.items())
+        fixes = dict.fromkeys(SHORT_FIXES[m] for m in sorted(places, key=order.index))
+        said.setdefault(f"{why}; fix: {', '.join(fixes)}", []).append(column)
+    return [f"{', '.join(COLUMN_TITLES[c] for c in columns)} not informative: {text}" for text, columns in said.items()]
+
+
+def degenerate_words(facts: RowFacts, short: bool = False) -> list[str]:
     """Per degenerate decision cell: why, in plain words (each rule with its datasets), then what to
-    change, each remedy once."""
+    change, each remedy once; ``short``: in short words, cells with the same reasons together."""
+    if short:
+        return _short_degenerate_words(facts)
     out = []
     order = list(DEGENERATE_FLAGS.values())
     for column, reasons in facts.degenerate.items():
@@ -222,6 +313,8 @@ def flag_marks(facts: RowFacts) -> list[tuple[str, str]]:
         out.append(("slot", "; ".join(f"{mark} ({_tasks_of(cols)})" for mark, cols in by_slot.items())))
     if facts.no_grade:
         out.append(("no grade signal", f"no grade signal ({_tasks_of(facts.no_grade)})"))
+    if facts.against_qrels:
+        out.append(("against the qrels", f"against the qrels ({_tasks_of(facts.against_qrels)})"))
     if facts.ties:
         out.append(("ties", f"ties ({_tasks_of(facts.ties)})"))
     if facts.degenerate:
@@ -231,16 +324,44 @@ def flag_marks(facts: RowFacts) -> list[tuple[str, str]]:
     return out
 
 
-def note(facts: RowFacts, lead: str = "") -> tuple[str, list[str]]:
-    """(the row's note, the flag keys it uses): verdict, then the config's own note or the skip
-    reason (``lead``), the degenerate cells' sentences, then ``flags: ...``."""
-    marks = flag_marks(facts)
-    parts = [p for p in (verdict(facts), lead, *degenerate_words(facts)) if p]
+def body(facts: RowFacts, lead: str = "", short: bool = False) -> str:
+    """The note before its flags: verdict, then the config's own note or the skip reason (``lead``),
+    the degenerate cells' sentences and the integer-grades sentence; ``short``: in short words."""
+    parts = [p for p in (verdict(facts, short), lead, *degenerate_words(facts, short)) if p]
     if facts.integer_grades and lead.find("tau-PSI not reported") < 0:
-        parts.append("tau-PSI not reported (integer grades: most of the order is tie-breaking)")
-    text = ". ".join(parts)
-    if marks:
-        text = f"{text}. Flags: {'; '.join(m for _, m in marks)}" if text else f"Flags: {'; '.join(m for _, m in marks)}"
+        parts.append("tau-PSI not reported (integer grades)" if short else
+                     "tau-PSI not reported (integer grades: most of the order is tie-breaking)")
+    return ". ".join(parts)
+
+
+def _joined(text: str, flags: str) -> str:
+    return f"{text}. {flags}" if text and flags else text or flags
+
+
+def fit(text: str, limit: int = NOTE_LIMIT) -> str:
+    """``text`` when it has at most ``limit`` characters; else its longest start that ends at a word
+    boundary (outside parentheses where it can) followed by MORE, within ``limit``."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(MORE)
+    spaces = [i for i in range(min(room, len(text) - 1), 0, -1) if text[i] == " "]
+    balanced = [i for i in spaces if text[:i].count("(") == text[:i].count(")")]
+    cut = (balanced or spaces or [room])[0]  # no space at all: one word longer than the note
+    return text[:cut].rstrip(" ,;:.") + MORE
+
+
+def note(facts: RowFacts, lead: str = "", limit: int = NOTE_LIMIT) -> tuple[str, list[str]]:
+    """(the row's note, the flag keys it uses): :func:`body`, then ``Flags: ...``; at most ``limit``
+    characters: in short words when the full ones are longer, and then, if still too long, the body
+    cut by :func:`fit` (the flags kept whole while they leave room for it)."""
+    marks = flag_marks(facts)
+    flags = f"Flags: {'; '.join(m for _, m in marks)}" if marks else ""
+    for short in (False, True):
+        text = _joined(body(facts, lead, short), flags)
+        if len(text) <= limit:
+            return text, [k for k, _ in marks]
+    room = limit - len(flags) - len(". ")
+    text = _joined(fit(body(facts, lead, True), room), flags) if room > 2 * len(MORE) else fit(text, limit)
     return text, [k for k, _ in marks]
 
 
@@ -254,5 +375,6 @@ def legend(used: Sequence[str], docs: str) -> str:
     return "\nFlags:\n" + "\n".join(lines) + "\n"
 
 
-__all__ = ["DEGENERATE_FIXES", "FLAGS", "NEARLY_INVARIANT", "RowFacts", "degenerate_words", "flag_marks",
-           "headline_task", "legend", "note", "slot_mark", "verdict"]
+__all__ = ["DEGENERATE_FIXES", "FLAGS", "MORE", "NEARLY_INVARIANT", "NOTE_LIMIT", "SHORT_FIXES", "SHORT_REASONS",
+           "RowFacts", "body", "degenerate_words", "fit", "flag_marks", "headline_task", "legend", "note", "slot_mark",
+           "verdict"]

@@ -23,7 +23,7 @@ from presdep.config.records import Variant
 from presdep.contracts.columns import COLUMN_TITLES, TABLE1_COLUMNS, Table1Column
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.schemas import read_table, write_text_atomic
-from presdep.metrics.position_rows import slot_test_cells
+from presdep.metrics.position_rows import POSITION_TEST_METRICS, slot_test_cells
 from presdep.metrics.rerank_rows import (
     COUNTED_WARNINGS,
     DEGENERATE_FLAGS,
@@ -293,7 +293,7 @@ def build_table1(metrics: pl.DataFrame, variants: Mapping[str, Variant]) -> tupl
     noise = cell_values(metrics, _NOISE_COLUMNS)
     ties = cell_values(metrics, _TIE_COLUMNS)
     diag = {m: cell_values(metrics, diagnosis.diagnostic_columns(m)) for m in diagnosis.DIAGNOSTICS}
-    slot_tests = slot_test_cells(metrics)
+    slot_tests = slot_test_cells(metrics, POSITION_TEST_METRICS)
     profiles = slot_profiles(metrics)
     ledgers = flip_causes.ledger_counts(metrics)
     rows, counts = [], []
@@ -355,6 +355,8 @@ def _add_findings(facts: RowFacts, column: str, said: set[str], profile: tuple[i
         facts.slots[column] = profile or (0, 0.0)
     if "no grade signal" in said:
         facts.no_grade.append(column)
+    if "against the qrels" in said:
+        facts.against_qrels.append(column)
 
 
 def _diagnostic_counts(diag: Mapping[str, pl.DataFrame], variant: str, column: str,
@@ -368,11 +370,12 @@ def _diagnostic_counts(diag: Mapping[str, pl.DataFrame], variant: str, column: s
 
 
 def _slot_counts(tests: pl.DataFrame, variant: str, column: str) -> dict[str, float | None]:
-    """A headline tau-PSI cell's slot test: chance level of the slot share and the permutation p-value
-    (docs/methods/position.md); None for other cells."""
+    """A headline tau-PSI cell's slot test (chance level of the slot share, permutation p-value) and
+    score-grade test p-value (docs/methods/position.md); None for other cells."""
     if column not in diagnosis.TAU_PSI_COLUMNS:
-        return {"slot_share_chance": None, "slot_p_value": None}
-    return diagnosis.slot_test_cell(tests, variant, TABLE1_COLUMNS[column].task)
+        return {"slot_share_chance": None, "slot_p_value": None, diagnosis.GRADE_P_VALUE: None}
+    task = TABLE1_COLUMNS[column].task
+    return {**diagnosis.slot_test_cell(tests, variant, task), **diagnosis.grade_test_cell(tests, variant, task)}
 
 
 def _noise_cell(noise: pl.DataFrame, variant: str, column: str) -> float | None:

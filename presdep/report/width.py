@@ -255,8 +255,9 @@ def to_markdown(per_seed: pl.DataFrame, summary: pl.DataFrame, *, resamples: int
         lines.append(f"| {r['label']} | {r['task']} | {s} | {_num(r['c_obs'])} | "
                      f"{_iv(r['c_obs_low'], r['c_obs_high'])} | {_num(r['v_b'])} | "
                      f"{_iv(r['v_b_low'], r['v_b_high'])} | {r['collections']} | {r['queries']} | {r['dropped']} |")
-    note = ("\nC_obs: native single-pass quality minus the B = 1 quality; V_B: native K = 10 order-averaged "
-            "quality minus the B = 1 quality (nDCG@10; responses nDCG@1), equal-weight means over collections. "
+    note = ("\nC_obs: native single-pass quality minus the B = 1 quality; V_B: native order-averaged quality "
+            "(each document's mean score over the first K = min(10, M) shuffles) minus the B = 1 quality "
+            "(nDCG@10; responses nDCG@1), equal-weight means over collections. "
             "Over seeds: mean and sample SD (empty with one seed). Intervals: paired prompt bootstrap per seed, "
             f"{resamples} resamples, seed {seed}, 95% percentile; dropped: queries missing on a side, left out "
             "of every side (docs/methods/width.md).\n")

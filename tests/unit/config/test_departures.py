@@ -39,3 +39,13 @@ def test_the_cyclic_design_is_named_as_itself_not_as_per_query_shuffles():
     got = departures(_cfg(raw))
     assert got == ["shuffles are the cyclic design (shuffle_rule cyclic: rotations inside fixed prompts), not "
                    "random.Random(m) of the first-stage list: synthetic"]
+
+
+def test_the_datasets_whose_queries_share_their_permutations():
+    """The contrasts and stability jobs say their intervals are conditional on these datasets' shared shuffles."""
+    from presdep.config.departures import shared_permutation_datasets
+    raw = copy.deepcopy(load_yaml(REPO / "workflow_config.yaml"))
+    assert shared_permutation_datasets(_cfg(raw)) == ["synthetic", "synthetic-qa", "synthetic-resp"]
+    raw["datasets"]["synthetic"]["shuffle_rule"] = "per_query"
+    raw["datasets"]["synthetic-qa"]["shuffle_rule"] = "cyclic"
+    assert shared_permutation_datasets(_cfg(raw)) == ["synthetic-qa", "synthetic-resp"]

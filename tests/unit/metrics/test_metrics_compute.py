@@ -442,6 +442,8 @@ def test_single_shuffle_gives_null_instability():
 # The position diagnostics of the raw shuffles (presdep.metrics.position; tested in test_position.py).
 POSITION = {"spearman_slot_score", "spearman_score_grade", "var_share_doc", "var_share_slot", "var_share_residual",
             "slot_share_chance"}
+# The score-grade test's p-value: an aggregate row only (tested in test_position_grade_test.py).
+GRADE_TEST = "spearman_score_grade_p_value"
 
 
 def _names(out: pl.DataFrame, pert: str) -> set[str]:
@@ -453,9 +455,10 @@ def _names(out: pl.DataFrame, pert: str) -> set[str]:
         assert kinds == {"slot_mean", "slot_ci95", "slot_centred_mean", "slot_centred_ci95",
                          "slot_centred_ci95_clustered_low", "slot_centred_ci95_clustered_high",
                          "slot_p_value", "slot_share_null_mean"}, kinds
+        assert GRADE_TEST in names
     else:
         assert not slots
-    return names - slots
+    return names - slots - {GRADE_TEST}
 
 
 def test_response_task():

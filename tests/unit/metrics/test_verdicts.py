@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
 from presdep.contracts.errors import InvalidInput
-from presdep.metrics.verdicts import claim_values, modal_flip, verdict_metrics
+from presdep.metrics.verdicts import accuracy_spread, claim_values, modal_flip, verdict_metrics
 
 
 def _verdicts(rows):
@@ -60,3 +61,31 @@ def test_verdict_metrics_aggregate_rows():
     assert set(m["task"]) == {"verdict"}
     per = m.filter((pl.col("query_id") == "c2") & (pl.col("metric") == "verdict_flip"))
     assert per["value"].to_list() == [0.25]
+
+
+def _aggregate(metrics: pl.DataFrame) -> dict[str, float | None]:
+    return {r["metric"]: r["value"] for r in metrics.filter(pl.col("query_id").is_null()).iter_rows(named=True)}
+
+
+def test_accuracy_spread_by_hand():
+    # A third claim right in every shuffle joins ROWS' two (c1 has an INVALID reply, which is wrong).
+    rows = ROWS + [("c3", "random_shuffle", p, "NEI", "", "NEI", 0, None) for p in range(4)]
+    correct = np.array([[1, 1, 0, 0],   # c1: SUPPORTED, SUPPORTED, REFUTED, INVALID against SUPPORTED
+                        [0, 0, 0, 1],   # c2: NEI, NEI, NEI, REFUTED against REFUTED
+                        [1, 1, 1, 1]])  # c3: NEI throughout against NEI
+    per_claim = correct.mean(axis=1)
+    agg = _aggregate(verdict_metrics(_verdicts(rows), dataset="climate-fever", variant="oc_sft", seed=42))
+    assert agg["verdict_accuracy_spread"] == pytest.approx(float(np.std(per_claim, ddof=1)))
+    assert agg["verdict_order_dependent_share"] == pytest.approx(2 / 3)  # c1 and c2; c3 is always right
+
+
+def test_accuracy_spread_edges():
+    one = _aggregate(verdict_metrics(_verdicts(ROWS[:4]), dataset="climate-fever", variant="oc_sft", seed=42))
+    assert one["verdict_accuracy_spread"] is None and one["verdict_order_dependent_share"] == 1.0  # one claim: no SD
+    always_wrong = [("c4", "random_shuffle", p, "INVALID", "", "REFUTED", 0, None) for p in range(3)]
+    both = _aggregate(verdict_metrics(_verdicts(ROWS[4:] + always_wrong), dataset="climate-fever",
+                                      variant="oc_sft", seed=42))
+    assert both["verdict_accuracy_spread"] == pytest.approx(float(np.std([0.25, 0.0], ddof=1)))
+    assert both["verdict_order_dependent_share"] == 0.5  # accuracy 0 is not order-dependent
+    with pytest.raises(InvalidInput, match="at least one claim"):
+        accuracy_spread([])

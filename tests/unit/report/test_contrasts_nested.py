@@ -226,7 +226,7 @@ def test_the_table_seeds_each_pair_from_pair_seeds_and_reports_the_seed_columns(
     assert first["se"] == pytest.approx(np.std(crossed_loop(a, b, 300, 5), ddof=1), abs=1e-12)
     md = to_markdown(table, settings)
     assert "| 90% interval | seed SD | gate |" in md and "nested" in md
-    assert f"| OC-SFT - Single-order | nDCG@10 | 42: {values[0]:+.6f} [" in md
+    assert f"| OC-SFT - Single-order | nDCG@10 (first-stage order) | 42: {values[0]:+.6f} [" in md
 
 
 def test_the_config_chooses_the_design_and_the_per_pair_seeds():

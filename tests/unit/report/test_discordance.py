@@ -49,7 +49,7 @@ def test_per_collection_winners_ties_to_config_order_and_the_spreads():
     assert summary["ndcg10_spread"] == pytest.approx(0.6 - 0.505) and summary["jaccard_spread"] == pytest.approx(0.45)
     assert sentence(summary).startswith("On 1 of 2 collections the row with the highest nDCG@10 is not")
     md = to_markdown(table, summary)
-    assert "| a | X | 0.7000 | Y | 0.8000 | yes | 3 |" in md and "b: Y" in md
+    assert "| a | X | 0.7000 | Y | 0.8000 | yes | - | - | - | 3 |" in md and "b: Y" in md
 
 
 def test_chosen_rows_and_unknown_labels():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import matplotlib.text
 import numpy as np
@@ -14,11 +15,13 @@ from scipy.stats import kendalltau
 
 from presdep.contracts.schemas import read_table, write_table
 from presdep.metrics.compute import build_blocks, compute_metrics, rerank_set_values, write_metrics
-from presdep.metrics.quality import presented_order
+from presdep.metrics.quality import evaluate_presentations, presented_order, qrels_to_dict
 from presdep.metrics.thresholds import write_thresholds
 from presdep.report.figure_pair import pair_kendall_tau
+from presdep.contracts.errors import InvalidInput
 from presdep.report.figures import (
     NEAR_EQUAL_NDCG,
+    StoredExample,
     chosen_example,
     draw_figure1,
     figure1,
@@ -68,49 +71,79 @@ def test_pick_example_largest_disagreement_among_equal_ndcg():
     assert ex.jaccard == pytest.approx(2 / 4)
 
 
-def test_pick_example_prefers_different_decisions_to_a_smaller_ndcg_difference():
+def test_pick_example_never_shows_the_same_set_or_unequal_quality():
+    """Pair (0, 1) keeps the same set {d1, d2} at t* = 0.5; (0, 2) and (1, 2) keep different sets
+    but their nDCG@10 differ by far more than NEAR_EQUAL_NDCG: no pair shows the figure's title
+    (the rule before fell back to (1, 2))."""
     scores = _scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.8, 0.9, 0.1, 0.0], [0.1, 0.0, 0.9, 0.8]]})
+    assert pick_example(scores, QRELS, threshold=0.5) is None
+
+
+# Case "unequal": q1's shuffles keep different sets with nDCG@10 1.00 and 0.69 (each keeps half
+# its pool); q2's keep different sets with equal nDCG@10, but shuffle 0 keeps 10 of 11 (outside
+# the retention band, which the rule before ranked above equal quality).
+_UNEQUAL = {"q1": [[0.9, 0.8, 0.1, 0.0], [0.3, 0.9, 0.6, 0.1]],
+            "q2": [[0.9, 0.8, 0.75, 0.7, 0.65, 0.6, 0.58, 0.56, 0.54, 0.52, 0.1],
+                   [0.9, 0.8, 0.75, 0.7, 0.65, 0.4, 0.35, 0.3, 0.25, 0.2, 0.1]]}
+# Case "wide tolerance": q1's keep {d1, d2} and {d1, d3} (Jaccard 1/3) with nDCG@10 1.00 and
+# 0.96, inside the 0.05 used before but not inside NEAR_EQUAL_NDCG; q2's keep {e1, e2, e3} and
+# {e1, e2} (Jaccard 2/3) with equal nDCG@10.
+_WIDE = {"q1": [[0.9, 0.8, 0.1, 0.0], [0.9, 0.1, 0.6, 0.0]],
+         "q2": [[0.9, 0.8, 0.6, 0.1], [0.9, 0.8, 0.4, 0.1]]}
+
+
+@pytest.mark.parametrize("case", [_UNEQUAL, _WIDE], ids=["unequal", "wide-tolerance"])
+def test_pick_example_takes_the_query_within_the_tolerance_that_keeps_different_sets(case):
+    scores = _scores(case)
     ex = pick_example(scores, QRELS, threshold=0.5)
-    # pair (0, 1) has the smallest nDCG difference but keeps the same set {d1, d2} at t* = 0.5;
-    # (0, 2) and (1, 2) keep different sets, and of these (1, 2) differs least in nDCG
-    assert (ex.a, ex.b) == (1, 2) and ex.jaccard == 0.0
-    assert ex.ndcg_a != pytest.approx(ex.ndcg_b)
+    assert ex.query_id == "q2"
+    assert abs(ex.ndcg_a - ex.ndcg_b) <= NEAR_EQUAL_NDCG and ex.jaccard < 1
+    # q1's pair, the one the rule before chose, keeps different sets at unequal quality
+    q1 = [n for _, n in sorted(_ndcg_of(scores.filter(pl.col("query_id") == "q1")).items())]
+    assert abs(q1[0] - q1[1]) > NEAR_EQUAL_NDCG
+    assert pick_example(scores.filter(pl.col("query_id") == "q1"), QRELS, threshold=0.5) is None
+
+
+def _ndcg_of(scores: pl.DataFrame) -> dict[int, float]:
+    """presentation -> nDCG@10 of one query's presentations (the metrics stage's function)."""
+    (b,) = build_blocks(scores)["random_shuffle"]
+    nd = evaluate_presentations([b.query_id], [b.doc_ids], [b.scores], [b.positions], qrels_to_dict(QRELS),
+                                ["ndcg@10"])["ndcg@10"][b.query_id]
+    return dict(zip(b.presentations.tolist(), nd.tolist()))
 
 
 def test_pick_example_avoids_a_pair_at_ndcg_zero():
-    # q3 has judgements but nothing relevant: its two shuffles tie at nDCG 0 and keep different
-    # sets; q1's pair keeps different sets too, with unequal nDCG > 0: q1 is shown
+    # q3 has judgements but nothing relevant: its two shuffles tie at nDCG 0 and keep disjoint
+    # sets (Jaccard 0); q1's keep {d1, d2} and {d1, d2, d3} at equal nDCG > 0: q1 is shown
     qrels = pl.DataFrame({"query_id": ["q1", "q1", "q3"], "doc_id": ["d1", "d2", "e1"], "relevance": [3, 1, 0]},
                          schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
-    scores = _scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.1, 0.9, 0.8, 0.0]],
+    scores = _scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.9, 0.8, 0.6, 0.0]],
                       "q3": [[0.9, 0.8, 0.1, 0.0], [0.1, 0.0, 0.9, 0.8]]})
     ex = pick_example(scores, qrels, threshold=0.5)
-    assert ex.query_id == "q1" and min(ex.ndcg_a, ex.ndcg_b) > 0 and ex.jaccard < 1
+    assert ex.query_id == "q1" and min(ex.ndcg_a, ex.ndcg_b) > 0 and ex.jaccard == pytest.approx(2 / 3)
 
 
 def test_pick_example_most_different_decisions_among_near_equal_quality():
-    """The rule: among pairs that decide something, rank something relevant and have nDCG@10
-    within NEAR_EQUAL_NDCG, the smallest Jaccard; not (the rule before) the smallest nDCG
-    difference first."""
+    """The rule: among pairs within NEAR_EQUAL_NDCG that keep different sets, those that decide
+    something first, then the smallest Jaccard; not the smallest nDCG difference first."""
     scores = _scores({
         "q1": [
-            [0.9, 0.8, 0.6, 0.1],  # keeps d1 d2 d3, ranks d1 d2 d3 d4: nDCG 1
-            [0.9, 0.8, 0.4, 0.1],  # keeps d1 d2, same ranking: nDCG 1
-            [0.9, 0.2, 0.7, 0.1],  # keeps d1 d3, ranks d1 d3 d2 d4: nDCG a little below 1
-            [0.2, 0.9, 0.1, 0.0],  # keeps d2, ranks d2 first: nDCG far below the others
+            [0.9, 0.1, 0.8, 0.6, 0.2, 0.0],  # keeps d1 d3 d4; d2 (grade 1) ranked 5th
+            [0.9, 0.1, 0.8, 0.4, 0.2, 0.0],  # keeps d1 d3, same ranking: equal nDCG
+            [0.9, 0.1, 0.3, 0.2, 0.7, 0.15],  # keeps d1 d5; d2 ranked 6th: nDCG a little lower
+            [0.2, 0.9, 0.1, 0.0, 0.3, 0.4],  # keeps d2, ranks it first: nDCG far below the others
         ],
         # keeps every candidate in shuffle 0, one in shuffle 1: the threshold decides nothing there
         "q2": [[0.9, 0.8, 0.7, 0.6], [0.9, 0.4, 0.3, 0.2]],
     })
     ex = pick_example(scores, QRELS, threshold=0.5)
-    # (0, 1) has equal nDCG (the old rule's choice, Jaccard 2/3); (1, 2) keeps {d1, d2} vs {d1, d3}
-    assert (ex.query_id, ex.a, ex.b) == ("q1", 1, 2) and ex.jaccard == pytest.approx(1 / 3)
+    # (0, 1) has equal nDCG (Jaccard 2/3), (1, 2) keeps {d1, d3} vs {d1, d5} (1/3), (0, 2) 1/4
+    assert (ex.query_id, ex.a, ex.b) == ("q1", 0, 2) and ex.jaccard == pytest.approx(1 / 4)
     assert 0 < abs(ex.ndcg_a - ex.ndcg_b) <= NEAR_EQUAL_NDCG
     # (2, 3) keeps disjoint sets (Jaccard 0) but its quality differs by more than NEAR_EQUAL_NDCG,
     # and q2's pair (Jaccard 1/4, equal nDCG) has a presentation that keeps every candidate
-    far = pick_example(scores.filter(pl.col("presentation").is_in([2, 3]) & (pl.col("query_id") == "q1")),
-                       QRELS, threshold=0.5)
-    assert far.jaccard == 0.0 and abs(far.ndcg_a - far.ndcg_b) > NEAR_EQUAL_NDCG
+    far = scores.filter(pl.col("presentation").is_in([2, 3]) & (pl.col("query_id") == "q1"))
+    assert pick_example(far, QRELS, threshold=0.5) is None
     keeps_all = pick_example(scores.filter(pl.col("query_id") == "q2"), QRELS, threshold=0.5)
     assert keeps_all.kept_a.all() and keeps_all.jaccard == pytest.approx(1 / 4)
 
@@ -144,9 +177,9 @@ def test_pair_kendall_tau_is_tau_a_of_the_strict_rankings():
                                                           (ex.scores_b, ex.positions_b))]
     assert pair_kendall_tau(ex) == pytest.approx(kendalltau(*ranks).statistic)
     # tied scores: the metrics stage's tie-break by presented position, not tau-b
-    tied = pick_example(_scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.9, 0.1, 0.1, 0.1]]}), QRELS, threshold=0.5)
-    # shuffle 1 shows d4, d1, d2, d3 (positions 0..3): its tied d2 d3 d4 rank d4 d2 d3
-    assert pair_kendall_tau(tied) == pytest.approx(kendalltau([0, 1, 2, 3], [0, 2, 3, 1]).statistic)
+    tied = pick_example(_scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.9, 0.5, 0.1, 0.1]]}), QRELS, threshold=0.6)
+    # shuffle 1 shows d4, d1, d2, d3 (positions 0..3): its tied d3 d4 rank d4 d3
+    assert pair_kendall_tau(tied) == pytest.approx(kendalltau([0, 1, 2, 3], [0, 1, 3, 2]).statistic)
     assert pair_kendall_tau(tied) != pytest.approx(kendalltau(tied.scores_a, tied.scores_b).statistic)
 
 
@@ -360,3 +393,46 @@ def test_figure1_of_bsc_ensembles_names_the_first_stage_rank():
     texts = [t.get_text() for t in ax.findobj(matplotlib.text.Text)]
     assert "first-stage 1 · 0.90" in texts and not any(t.startswith("slot ") for t in texts)
     assert "two ensembles" in ax.get_title() and "ensemble 0" in ax.get_xticklabels()[0].get_text()
+
+
+def _words(ax) -> str:
+    """Every text of a panel, its line breaks read as spaces."""
+    return " ".join(" ".join(t.get_text().split()) for t in ax.findobj(matplotlib.text.Text))
+
+
+def test_figure1_without_a_qualifying_query_says_so_in_words(tmp_path):
+    """q1's shuffles keep different sets at unequal quality, q2's the same set: the rule before
+    showed one of them under 'equal quality, different decisions'; now panel (a) says that no
+    query qualifies, with the tolerance, and the figure is still written."""
+    scores = _scores({"q1": [[0.9, 0.8, 0.1, 0.0], [0.8, 0.9, 0.1, 0.0], [0.1, 0.0, 0.9, 0.8]],
+                      "q2": [[0.9, 0.8, 0.1, 0.0], [0.95, 0.85, 0.2, 0.1]]})
+    stored = StoredExample(0.5, {"q1": 0.5, "q2": 1.0})
+    svg, png = tmp_path / "f.svg", tmp_path / "f.png"
+    assert figure1(_metrics(), scores, QRELS, stored, svg, png) is None
+    assert svg.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "No example query" in svg.read_text()
+    ex, grades = chosen_example(scores, QRELS, stored)
+    assert ex is None and grades == {}
+    words = _words(_panel(draw_figure1(_metrics(), ex, grades), "panel-a"))
+    assert ("No test-half query here has two shuffles within 0.02 nDCG@10 of each other that keep "
+            "different documents") in words
+    assert "Query" not in words and "equal" not in words.replace("(a) No example query", "")
+    bsc = _words(_panel(draw_figure1(_metrics(), None, {}, bsc=True), "panel-a"))
+    assert "two ensembles within 0.02 nDCG@10" in bsc
+
+
+def test_figure1_title_says_equal_or_nearly_equal_with_the_tolerance():
+    equal = pick_example(_scores(_WIDE), QRELS, threshold=0.5)  # q2: the same ranking in both
+    near = pick_example(_scores({"q1": [[0.9, 0.1, 0.8, 0.6, 0.2, 0.0], [0.9, 0.1, 0.3, 0.2, 0.7, 0.15]]}),
+                        QRELS, threshold=0.5)  # d2 ranked 5th and 6th
+    assert equal.ndcg_a == equal.ndcg_b and 0 < abs(near.ndcg_a - near.ndcg_b) <= NEAR_EQUAL_NDCG
+    titles = [_panel(draw_figure1(_metrics(), ex, {}), "panel-a").get_title() for ex in (equal, near)]
+    assert "nDCG@10 equal," in titles[0]
+    assert "nDCG@10 nearly equal (within 0.02)," in titles[1]
+
+
+def test_figure1_refuses_to_draw_a_pair_that_contradicts_its_title():
+    ex = pick_example(EXAMPLE, QRELS, threshold=0.5)
+    for bad in (replace(ex, ndcg_b=ex.ndcg_a - 0.098), replace(ex, jaccard=1.0)):
+        with pytest.raises(InvalidInput, match="no example of equal quality and different decisions"):
+            draw_figure1(_metrics(), bad, {})

@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from presdep.config.records import Variant
-from presdep.report import diagnosis, flip_causes
+from presdep.config import SCHEMA_PATH, load_yaml
+from presdep.report import counts_columns, diagnosis, flip_causes
 from presdep.report.tables import build_table1, to_markdown
 
 SCHEMA = {"dataset": pl.String, "task": pl.String, "variant": pl.String, "seed": pl.Int32,
@@ -44,7 +45,8 @@ def test_a_cell_pools_its_datasets_by_adding_counts():
     assert got == {"flips": 50.0, "flip_tie": 0.0, "flip_noise": 0.1, "flip_parse": 0.0, "flip_slot": 0.6,
                    "flip_companions": 0.0, "flip_content": 0.3, "flip_untested": "parse companions"}
     assert flip_causes.cell_causes(counts, "v", "rerank_ndcg10")["flips"] is None, "no decision cell"
-    assert flip_causes.causes_text(got) == "50 flips: noise 10%, slot 60%, content 30% (parse, companions untested)"
+    assert flip_causes.causes_text(got) == ("50 flips: noise 10%, slot 60%, not explained by an additive slot "
+                                            "effect 30% (parse, companions untested)")
 
 
 def test_the_counts_file_and_table1_md_carry_the_causes():
@@ -56,7 +58,25 @@ def test_the_counts_file_and_table1_md_carry_the_causes():
     lines = md.splitlines()
     why = [i for i, ln in enumerate(lines) if ln.startswith("Why decisions flipped")]
     assert len(why) == 1 and "[flip ledger](../docs/methods/flip-ledger.md)" in lines[why[0]]
-    assert lines[why[0] + 1] == "- My scorer: Jacc. 50 flips: noise 10%, slot 60%, content 30% (parse, companions untested)"
+    assert lines[why[0] + 1] == ("- My scorer: Jacc. 50 flips: noise 10%, slot 60%, not explained by an additive slot "
+                                 "effect 30% (parse, companions untested)")
+
+
+def test_the_remainder_is_named_for_what_it_is_with_the_keys_that_test_what_it_may_hide():
+    """The stored cause "content" means: the additive slot fit did not reproduce the flip (and no earlier
+    test did). A person reads that, on a slot-driven row too, and the keys that would test noise and
+    companions; the stored key and the counts column stay."""
+    causes = {"flips": 10.0, **{f"flip_{c}": 0.0 for c in ("tie", "noise", "parse", "companions")},
+              "flip_slot": 0.7, "flip_content": 0.3, "flip_untested": "noise parse companions"}
+    said = flip_causes.causes_text(causes)
+    assert "content" not in said and "not explained by an additive slot effect 30%" in said
+    header = flip_causes.causes_line({"V": {"rerank_jaccard": causes}}, ["rerank_jaccard"]).splitlines()[1]
+    assert "content" not in header and "not explained by an additive slot effect" in header
+    assert "`protocol.noise_rereads: 2` or more tests noise" in header
+    assert "`within_chunk` in `protocol.perturbations` tests companions" in header
+    assert "flip_content" in flip_causes.CAUSE_COLUMNS
+    assert "additive slot effect" in counts_columns.COLUMNS["flip_content"][1]
+    assert "noise_rereads" in load_yaml(SCHEMA_PATH)["properties"]["protocol"]["properties"]  # the key exists
 
 
 @pytest.mark.parametrize("share, p, said", [

@@ -3,12 +3,14 @@ and is byte-stable; the identity scorer's line is flat at 0."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import polars as pl
 import pytest
 from scorers_tiny import VARIANT, score_then_metrics
 
-from presdep.report.position_figure import position_figure, profiles
+from presdep.report.position_figure import position_figure, profiles, slot_ticks
 from presdep.scoring.backends import IdentityScorer
 
 
@@ -59,3 +61,22 @@ def test_the_figure_is_drawn_byte_stable_and_the_identity_line_is_flat(tmp_path)
 def test_no_slot_rows_say_so_in_the_figure(tmp_path):
     position_figure(profiles(_frame([])), tmp_path / "p.svg", tmp_path / "p.png")
     assert "no slot profile" in (tmp_path / "p.svg").read_text()
+
+
+def test_the_figure_numbers_slots_from_1(tmp_path):
+    """Slots read by people count from 1, as Table 1's flags and Figure 1 count them; the
+    metrics' slot_centred_mean_s00 is slot 1."""
+    p = profiles(_frame(_slot_rows("off_the_shelf", None, "a", [1.0, 0.0, -1.0], 0.8)), {"off_the_shelf": "OTS"})
+    assert p["slot"].to_list() == [0, 1, 2]  # the table keeps the metrics' numbering
+    position_figure(p, tmp_path / "p.svg", tmp_path / "p.png")
+    svg = (tmp_path / "p.svg").read_text()
+    # each tick's group holds its label as a comment (the text is drawn as paths)
+    ticks = re.findall(r'<g id="xtick_\d+">.*?<!-- (.*?) -->', svg, re.S)
+    assert ticks == ["1", "2", "3"]
+    assert "slot in the prompt (1 = shown first)" in svg and "0 = shown first" not in svg
+
+
+def test_slot_ticks_start_at_1_and_stay_few():
+    assert slot_ticks(4) == [1, 2, 3, 4]
+    assert slot_ticks(20) == [1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert slot_ticks(100) == [1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]

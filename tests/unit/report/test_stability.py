@@ -355,7 +355,7 @@ def test_snakemake_script_adapter(tmp_path):
     smk = SimpleNamespace(
         input=SimpleNamespace(metrics=[str(m)]),
         output=SimpleNamespace(json=str(tmp_path / "table1.json"), svg_dir=str(tmp_path / "svg")),
-        params=SimpleNamespace(resamples=500, seed=4401, labels={}),
+        params=SimpleNamespace(resamples=500, seed=4401, labels={}, shared_permutations=["d"]),
         log=[str(tmp_path / "stability.log")],
     )
     script = Path(__file__).resolve().parents[3] / "scripts" / "stability.py"
@@ -374,6 +374,8 @@ def test_snakemake_script_adapter(tmp_path):
     assert list(data["columns"]) == ["resp_pair_flip"]
     assert (tmp_path / "svg" / "resp_pair_flip.svg").is_file()
     assert "rerank_ndcg10: skipped" in (tmp_path / "stability.log").read_text()
+    # the rule's shared-permutation datasets reach each column's warnings and the log
+    assert "conditional on those permutations" in (tmp_path / "stability.log").read_text()
 
 
 # --------------------------------------------- JSON run reports with -vN paraphrase ids

@@ -19,10 +19,11 @@ from presdep.report.stability_cli import register
 from presdep.report.stability_io import analyse_reports, write_table1_stability
 from presdep.report.stability_svg import render_stability_svg
 from presdep.report.stability_tiers import (
-    greedy_tiers,
     level_label,
+    multiplicity_statement,
     rank_upper_bound,
     separability,
+    separation_free_tiers,
     significantly_better,
 )
 
@@ -65,7 +66,7 @@ def test_significance_needs_the_whole_interval_on_the_preferred_side():
         assert not significantly_better(iv, lower_is_better=True).any()
 
 
-def test_rank_upper_bound_and_greedy_tiers_by_hand():
+def test_rank_upper_bound_and_separation_free_tiers_by_hand():
     # better[a, b]: a significantly better than b. Rows in point-estimate order 0, 1, 2, 3.
     # 0 beats 2 only; 2 beats nobody; 1 beats 3. Rank(UB): 0 -> 1, 1 -> 1, 2 -> 2, 3 -> 2.
     better = np.zeros((4, 4), dtype=bool)
@@ -73,10 +74,11 @@ def test_rank_upper_bound_and_greedy_tiers_by_hand():
     assert rank_upper_bound(better).tolist() == [1, 1, 2, 2]
     # Tier 1 = {0, 1}; 2 is below 0, so it opens tier 2; 3 is not below 2, so it stays in tier 2
     # although it is inseparable from 0 (the rule keeps tiers contiguous).
-    assert greedy_tiers(better, [0, 1, 2, 3]).tolist() == [1, 1, 2, 2]
-    # The walk follows the order given, not the row index.
-    assert greedy_tiers(better, [3, 2, 1, 0]).tolist() == [1, 1, 1, 1]
-    assert greedy_tiers(np.ones((3, 3), dtype=bool) & ~np.eye(3, dtype=bool), [2, 0, 1]).tolist() == [2, 3, 1]
+    assert separation_free_tiers(better, [0, 1, 2, 3]).tolist() == [1, 1, 2, 2]
+    # The walk follows the order given, not the row index: 3 and 2 share tier 1; 1 beats 3, a member,
+    # so it opens tier 2 even though this order puts it below 3; 0 is separable from neither 1 nor 2.
+    assert separation_free_tiers(better, [3, 2, 1, 0]).tolist() == [2, 2, 1, 1]
+    assert separation_free_tiers(np.ones((3, 3), dtype=bool) & ~np.eye(3, dtype=bool), [2, 0, 1]).tolist() == [2, 3, 1]
     assert level_label(0.95) == "95%" and level_label(0.975) == "97.5%" and level_label(0.9) == "90%"
 
 
@@ -109,7 +111,7 @@ def test_two_clearly_separated_groups_give_two_tiers():
     x = np.random.default_rng(3).uniform(0.4, 0.6, n)
     f = frame({"a": x + 0.3, "b": x + 0.3 + alternating(n, 0.05), "c": x, "d": x + alternating(n, 0.05)})
     r = paired_bootstrap(f, lower_is_better=False, resamples=1000, seed=4401)
-    assert r["tierLevel"] == 0.95
+    assert r["tierLevel"] == 0.95 and r["multiplicity"].startswith("unadjusted: per-pair 95%")
     assert r["tiers"] == [["a", "b"], ["c", "d"]]
     assert r["tier"] == {"a": 1, "b": 1, "c": 2, "d": 2}
     assert r["rankUB"] == {"a": 1, "b": 1, "c": 3, "d": 3}  # 1 + the two rows of the top group
@@ -132,7 +134,7 @@ def test_rank_ub_matches_a_hand_count_with_a_fixed_seed():
     assert r["variants"] == ["A", "B", "C", "D"]
     # Hand count (four_rows): nobody beats A or B; A beats C; A, B and C beat D.
     assert r["rankUB"] == {"A": 1, "B": 1, "C": 2, "D": 4}
-    # Greedy from the best: B stays with A; C is below A and opens tier 2; D is below C.
+    # Walked from the best: B stays with A; C is below A and opens tier 2; D is below C.
     # B is inseparable from both A and C, which are separable: why the rule must be stated.
     assert r["tiers"] == [["A", "B"], ["C"], ["D"]]
     # The same count from the JSON's own 95% intervals.
@@ -145,7 +147,7 @@ def test_rank_ub_matches_a_hand_count_with_a_fixed_seed():
 def test_the_level_is_stated_and_checked():
     # Level 0.3: B's interval to A is about 0.05 +- 0.04, so A separates from B and B from C.
     r = paired_bootstrap(four_rows(), lower_is_better=False, resamples=2000, seed=4401, level=0.3)
-    assert r["tierLevel"] == 0.3
+    assert r["tierLevel"] == 0.3 and "per-pair 30% paired-bootstrap intervals" in r["multiplicity"]
     assert r["rankUB"] == {"A": 1, "B": 2, "C": 3, "D": 4} and r["tiers"] == [["A"], ["B"], ["C"], ["D"]]
     for bad in (0.0, 1.0, 1.5):
         with pytest.raises(StabilityError, match="tier level must lie strictly between 0 and 1"):
@@ -171,9 +173,14 @@ def test_table1_json_and_svg_carry_the_tiers(tmp_path):
     col = json.loads((tmp_path / "t.json").read_text())["columns"]["rerank_ndcg10"]
     assert col == json.loads(json.dumps(res["columns"]["rerank_ndcg10"]))
     assert col["tierLevel"] == 0.95 and col["tiers"] == [["top"], ["mid", "twin"]]
+    statement = multiplicity_statement(0.95, 3)
+    assert col["multiplicity"] == statement and "unadjusted" in statement and "3 pairs of 3 rows" in statement
     assert col["rankUB"] == {"top": 1, "mid": 2, "twin": 2} and col["tier"] == {"top": 1, "mid": 2, "twin": 2}
     svg = (tmp_path / "svg" / "rerank_ndcg10.svg").read_text()
-    assert "2 tier(s) at 95% (bands, brackets)" in svg and "tier (not separable at 95%)" in svg
+    assert "2 tier(s) at 95% (bands, brackets)" in svg and "tier (no pair separable at 95%)" in svg
+    # The heading says the intervals are unadjusted (the JSON statement's first clause).
+    assert "Rank(UB), tiers: unadjusted: per-pair 95% paired-bootstrap intervals, no correction across the " \
+           "3 pairs of 3 rows<" in svg
     # The side table's rows end in Rank(UB) and tier.
     assert "  1    1<" in svg and "  2    2<" in svg
 
@@ -201,7 +208,10 @@ def test_cli_prints_rank_ub_and_tiers_and_takes_a_level(tmp_path, capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "Rank(UB)  tier" in out
-    assert "tiers at 95% (each row not significantly worse than its tier's first): 1: top | 2: mid, twin" in out
+    assert "tiers at 95% (no row significantly better than another of its tier): 1: top | 2: mid, twin" in out
+    # 3 pairs at 95%: Bonferroni's family-wise level is 1 - 0.05 / 3.
+    assert ("Rank(UB) and tiers: unadjusted: per-pair 95% paired-bootstrap intervals, no correction across the "
+            "3 pairs of 3 rows; family-wise (Bonferroni) would need level 0.983333") in out
     top = next(ln for ln in out.splitlines() if ln.startswith("top "))
     assert top.split()[-2:] == ["1", "1"]
     twin = next(ln for ln in out.splitlines() if ln.startswith("twin "))
@@ -210,7 +220,8 @@ def test_cli_prints_rank_ub_and_tiers_and_takes_a_level(tmp_path, capsys):
                                 "--level", "0.9", "--json", str(tmp_path / "o.json")])
     assert args.func(args) == 0
     assert "tiers at 90%" in capsys.readouterr().out
-    assert json.loads((tmp_path / "o.json").read_text())["columns"]["rerank_ndcg10"]["tierLevel"] == 0.9
+    col = json.loads((tmp_path / "o.json").read_text())["columns"]["rerank_ndcg10"]
+    assert col["tierLevel"] == 0.9 and col["multiplicity"].startswith("unadjusted: per-pair 90%")
     args = parser().parse_args(["stability", str(path), "--column", "rerank_ndcg10", "--level", "95"])
     assert args.func(args) == 2
     assert "tier level must lie strictly between 0 and 1, got 95" in capsys.readouterr().err
@@ -224,4 +235,5 @@ def test_report_input_carries_the_tiers(tmp_path):
         paths.append(p)
     r = analyse_reports(paths, resamples=300, seed=1, level=0.99)
     assert r["tierLevel"] == 0.99 and r["tiers"] == [["also-good", "good"], ["bad"]]
+    assert r["multiplicity"] == multiplicity_statement(0.99, 3)
     assert r["rankUB"] == {"also-good": 1, "good": 1, "bad": 3}
