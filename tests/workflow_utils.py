@@ -30,6 +30,21 @@ variants:
 {extra}"""
 
 
+# One tiny synthetic reranking collection (3 test queries, 5 candidates, M = 2): a config that
+# runs a scorer of its own appends its ``variants:`` and ``figure1:``.
+TINY_RERANK_CONFIG = """
+synthetic:
+  synthetic: {seed: 13, entities: 20, candidates: 5, queries: {train: 1, heldout: 1, test: 3}}
+synthetic_tasks: {}
+protocol: {M: 2, B: {rerank: 5}}
+datasets:
+  synthetic:
+    task: rerank
+    candidates: {format: rank_llm_json, path: resources/datasets/synthetic/test/candidates.json}
+    qrels: {format: trec, path: resources/datasets/synthetic/test/qrels.txt}
+"""
+
+
 def scratch_workflow(tmp_path: Path, shared_data: Path | None = None) -> Path:
     """A copy of the workflow files; ``../shared/data`` inside it points at the real data."""
     work = tmp_path / "repo"

@@ -8,7 +8,7 @@ from typing import Any
 
 from presdep.config.cross_refs import unknown_name
 from presdep.config.run_names import similar_names
-from presdep.config.scorers import registry
+from presdep.config.scorers import find_scorer
 
 
 def width_problems(width: Mapping[str, Any], specs: Mapping[str, Any]) -> list[str]:
@@ -69,7 +69,7 @@ def pool_problems(pool: Mapping[str, Any], specs: Mapping[str, Any], labels: set
 def context_ready(entry: Mapping[str, Any]) -> bool:
     """A row the context decomposition can read: untrained, uncalibrated, one pass, a scorer that
     reads selected slots (or first-stage ranks, where every arm is alike)."""
-    entry_of = registry().get(entry.get("scorer"))
+    entry_of = find_scorer(entry.get("scorer"))
     if entry_of is None or entry.get("skip"):
         return False
     caps = entry_of.capabilities
@@ -107,7 +107,7 @@ def render_problems(render: Mapping[str, Any], specs: Mapping[str, Any], entries
         entry = entries.get(name)
         if entry is None:
             out.append(unknown_name("render_perturbations.variants", name, entries, "a variant of this config"))
-        elif not context_ready(entry) or not registry()[entry["scorer"]].capabilities.slot_reads:
+        elif not context_ready(entry) or not find_scorer(entry["scorer"]).capabilities.slot_reads:
             out.append(f"render_perturbations.variants: {name!r} is not an untrained, uncalibrated, single-pass "
                        "row whose scorer reads a prompt's render (capability slot_reads)")
     return out

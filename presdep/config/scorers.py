@@ -8,19 +8,22 @@ takes the model thread count, its memory and time, whether it calls a hosted API
 no rule tests a scorer by its name.
 
 A user's own scorer is found through the ``presdep.scorers`` entry-point group
-(package metadata): ``name = "module:factory"``; the factory may carry a
-``capabilities`` attribute (a :class:`Capabilities` or a mapping of its fields).
-Factories are named as strings and imported only when a scorer is built
-(:mod:`presdep.scoring.factory`).
+(package metadata): ``name = "module:factory"``, or named where it lives,
+``scorer: "package.module:factory"`` or ``scorer: "path/to/file.py:factory"``
+(:mod:`presdep.config.scorer_specs`; no install step). Either factory may carry a
+``capabilities`` attribute (a :class:`Capabilities` or a mapping of its fields), read when
+the config is checked. Registered factories are named as strings and imported only when a
+scorer is built (:mod:`presdep.scoring.factory`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from presdep.config.run_names import similar_names
+from presdep.config.scorer_specs import FORMS, is_spec, load_spec
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.tasks import TASKS
 
@@ -89,12 +92,23 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class ScorerEntry:
-    """A registered scorer: ``factory`` is "module:function" taking (variant, protocol)."""
+    """A scorer: ``factory`` is "module:function" taking (run, prompt).
+
+    A scorer named by a spec (``module:factory``, ``file.py:factory``) has ``name`` = ``factory``
+    = the spec, its ``loaded`` factory and, for a file, the ``sha256`` of the file's bytes.
+    """
 
     name: str
     factory: str
     capabilities: Capabilities
-    source: str = "presdep"  # or the distribution that provided the entry point
+    source: str = "presdep"  # or the distribution that provided the entry point, or "module" / "file"
+    sha256: str | None = None
+    loaded: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What names this scorer's code in a run's record: the spec and, for a file, its sha256."""
+        return {"scorer": self.name, **({"scorer_sha256": self.sha256} if self.sha256 else {})}
 
 
 _READOUT = Capabilities(probabilities=True, adapter=True, batched_listwise=True, slot_reads=True)
@@ -148,15 +162,33 @@ def _entry_point_entries() -> dict[str, ScorerEntry]:
             factory = ep.load()
         except Exception as exc:  # a broken plug-in names itself
             raise ImportError(f"scorer plug-in {ep.name!r} ({ep.value}, from {dist}) failed to load: {exc}") from exc
-        caps = getattr(factory, "capabilities", None)
-        if caps is None:
-            caps = Capabilities()
-        elif isinstance(caps, Mapping):
-            caps = Capabilities.from_mapping(caps, f"scorer plug-in {ep.name!r} ({ep.value})")
-        elif not isinstance(caps, Capabilities):
-            raise TypeError(f"scorer plug-in {ep.name!r}: 'capabilities' must be a Capabilities or a mapping")
+        caps = capabilities_of(factory, f"scorer plug-in {ep.name!r} ({ep.value})")
         out[ep.name] = ScorerEntry(ep.name, ep.value, caps, source=dist)
     return out
+
+
+def capabilities_of(factory: Any, where: str) -> Capabilities:
+    """A plug-in factory's ``capabilities`` attribute as a record (none: the defaults)."""
+    caps = getattr(factory, "capabilities", None)
+    if caps is None:
+        return Capabilities()
+    if isinstance(caps, Mapping):
+        return Capabilities.from_mapping(caps, where)
+    if not isinstance(caps, Capabilities):
+        raise TypeError(f"{where}: 'capabilities' must be a Capabilities or a mapping")
+    return caps
+
+
+def spec_entry(spec: str) -> ScorerEntry:
+    """The scorer a spec names, its module imported or its file loaded now (so its capabilities
+    are checked with the config); :class:`InvalidInput` in one line when it cannot be."""
+    loaded = load_spec(spec)
+    try:
+        caps = capabilities_of(loaded.factory, f"scorer {spec!r}")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(" ".join(str(exc).split())) from exc
+    return ScorerEntry(spec, spec, caps, source="file" if loaded.sha256 else "module", sha256=loaded.sha256,
+                       loaded=loaded.factory)
 
 
 @lru_cache(maxsize=1)
@@ -166,11 +198,23 @@ def registry() -> Mapping[str, ScorerEntry]:
 
 
 def scorer_entry(name: str) -> ScorerEntry:
+    """A registered name's entry (built-ins, then entry points), else the scorer a spec names."""
     reg = registry()
-    if name not in reg:
-        raise InvalidInput(f"unknown scorer {name!r}; {similar_names(str(name), list(reg))}registered: {sorted(reg)} "
-                         f"(plug-ins register in the {ENTRY_POINT_GROUP!r} entry-point group)")
-    return reg[name]
+    if name in reg:
+        return reg[name]
+    if is_spec(name):
+        return spec_entry(name)
+    raise InvalidInput(f"unknown scorer {name!r}; {similar_names(str(name), list(reg))}registered: {sorted(reg)} "
+                       f"(plug-ins register in the {ENTRY_POINT_GROUP!r} entry-point group, or name {FORMS})")
+
+
+def find_scorer(name: Any) -> ScorerEntry | None:
+    """:func:`scorer_entry`, or None where the name is unknown or its spec does not load
+    (:func:`variant_problems` says why)."""
+    try:
+        return scorer_entry(name)
+    except InvalidInput:
+        return None
 
 
 def variant_problems(name: str, entry: Mapping[str, Any], entries: Mapping[str, Mapping[str, Any]],
@@ -183,10 +227,13 @@ def variant_problems(name: str, entry: Mapping[str, Any], entries: Mapping[str, 
     """
     reg = registry()
     sc = entry.get("scorer")
-    if sc not in reg:
+    if sc not in reg and not is_spec(sc):
         return [f"variants.{name}.scorer: unknown scorer {sc!r}; {similar_names(str(sc), list(reg))}registered: {sorted(reg)} "
-                f"(plug-ins: the {ENTRY_POINT_GROUP!r} entry-point group)"]
-    caps = reg[sc].capabilities
+                f"(plug-ins: the {ENTRY_POINT_GROUP!r} entry-point group, or {FORMS})"]
+    try:
+        caps = scorer_entry(sc).capabilities
+    except InvalidInput as exc:
+        return [f"variants.{name}.scorer: {exc}"]
     out = []
 
     def lacks(what: str, cap: str) -> None:
@@ -205,9 +252,9 @@ def variant_problems(name: str, entry: Mapping[str, Any], entries: Mapping[str, 
         lacks(f"chunking {entry['chunking']!r}", "batched_listwise")
     if entry.get("calibration") == "capcal":
         src = entry.get("reuse_scores_of")
-        src_sc = (entries.get(src) or {}).get("scorer") if src else None
-        if src_sc in reg and not reg[src_sc].capabilities.probabilities:
-            out.append(f"variants.{name}: CapCal needs grade probabilities, but the scorer {src_sc!r} of "
+        src_entry = find_scorer((entries.get(src) or {}).get("scorer")) if src else None
+        if src_entry is not None and not src_entry.capabilities.probabilities:
+            out.append(f"variants.{name}: CapCal needs grade probabilities, but the scorer {src_entry.name!r} of "
                        f"reuse_scores_of {src!r} lacks capability 'probabilities'")
     # The tasks this variant will be scored on: its own list (when the config has one) among
     # the eval datasets' tasks; each must be one its scorer serves.

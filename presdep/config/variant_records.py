@@ -15,6 +15,7 @@ from typing import Any
 
 from presdep.config.record_values import _freeze, _is_int, thaw
 from presdep.config.schema_enums import entry_enum
+from presdep.config.scorer_specs import is_spec
 from presdep.config.scorers import Capabilities, scorer_entry
 from presdep.contracts.errors import InvalidInput
 from presdep.contracts.presentations import CHUNKINGS
@@ -69,7 +70,12 @@ class Variant:
         return scorer_entry(self.scorer).capabilities
 
     def as_dict(self) -> dict:
-        return thaw(self.spec)
+        """The entry as plain data. A scorer named by a file adds the sha256 of the file's bytes
+        (``scorer_sha256``): the rules pass this as params, so an edited file re-runs the jobs."""
+        out = thaw(self.spec)
+        if is_spec(self.scorer):
+            out.update(scorer_entry(self.scorer).identity)
+        return out
 
     @classmethod
     def from_spec(cls, name: str, spec: Mapping[str, Any]) -> Variant:
@@ -115,8 +121,17 @@ class ScoringRun:
     def scorer(self) -> str:
         return self.variant.scorer
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The variant's ``options:``, the settings of a scorer of one's own (plain data)."""
+        return thaw(self.variant.spec.get("options") or {})
+
     def setting(self, key: str, default: Any = None) -> Any:
-        """A scorer-specific setting of the variant (``window``, ``hosted``, ...)."""
+        """A scorer-specific setting of the variant: a key of its ``options:``, else one of its own
+        keys (``window``, ``hosted``, ...)."""
+        options = self.variant.spec.get("options") or {}
+        if key in options:
+            return thaw(options[key])
         return self.variant.spec.get(key, default)
 
     def model_entry(self) -> Mapping[str, Any]:

@@ -12,7 +12,8 @@ Each registered name carries a :class:`Capabilities` record, so a variant asking
 for something its scorer cannot do (an adapter, probabilities for CapCal, a batched
 listwise prompt for BSC) is refused when the config is validated, before any job.
 A user's own scorer is found through the ``presdep.scorers`` entry-point group
-(package metadata): ``name = "module:factory"``; the factory may carry a
+(package metadata): ``name = "module:factory"``, or named where it lives (``scorer:
+"package.module:factory"`` or ``"path/to/file.py:factory"``, no install); the factory may carry a
 ``capabilities`` attribute (a :class:`Capabilities` or a mapping of its fields).
 Heavy backends import lazily.
 """

@@ -11,21 +11,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from workflow_utils import scratch_workflow, snakemake
+from workflow_utils import TINY_RERANK_CONFIG, scratch_workflow, snakemake
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugin_scorer"
 
-CONFIG = """
-synthetic:
-  synthetic: {seed: 13, entities: 20, candidates: 5, queries: {train: 1, heldout: 1, test: 3}}
-synthetic_tasks: {}
-protocol: {M: 2, B: {rerank: 5}}
-datasets:
-  synthetic:
-    task: rerank
-    candidates: {format: rank_llm_json, path: resources/datasets/synthetic/test/candidates.json}
-    qrels: {format: trec, path: resources/datasets/synthetic/test/qrels.txt}
-variants:
+CONFIG = TINY_RERANK_CONFIG + """variants:
   bm25: {label: First stage, scorer: identity}
   words: {label: Query-word count (plug-in), scorer: wordcount}
 figure1: {variant: words, dataset: synthetic}
